@@ -1,0 +1,145 @@
+"""`diffusion-infill bench`: fill latency, steps and throughput on one model, as JSON.
+
+Scenarios (each over the same `repeats` cursor positions in held-out code):
+  cold      fresh cache, CONTEXT_TOKENS of context, a CANVAS_TOKENS-token span
+  warm      the same request after one more typed character (cache + warm start)
+  no_drafter     cold, with the prompt-lookup drafter off
+  baseline_l2r   cold, one token per step left to right (the autoregressive-style
+                 baseline), same weights
+Ratios are computed within one run. Wall-clock figures are medians: the machines are
+shared and noisy. Nothing here is asserted in tests.
+"""
+
+from __future__ import annotations
+
+import platform
+import random
+import resource
+import statistics
+import sys
+import sysconfig
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from engine.infill import InfillEngine, InfillRequest
+from engine.modeldir import LoadedModel
+
+CONTEXT_TOKENS = 1024
+CANVAS_TOKENS = 32
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "code"
+
+
+def bench_sources() -> list[str]:
+    """Held-out code (the stdlib's email package, never trained on), else fixtures."""
+    root = Path(sysconfig.get_paths()["stdlib"]) / "email"
+    files = sorted(root.glob("*.py")) or sorted(FIXTURES.glob("*.py"))
+    texts = [p.read_text(encoding="utf-8") for p in files]
+    return [t for t in texts if len(t) > 20_000] or texts
+
+
+def positions(texts: list[str], n: int, seed: int = 0) -> list[tuple[str, str]]:
+    """n (prefix, suffix) pairs at line ends deep enough for a full context."""
+    rng = random.Random(seed)
+    out = []
+    while len(out) < n:
+        t = rng.choice(texts)
+        lo = min(len(t) - 1, 12_000)
+        i = t.find("\n", rng.randrange(lo, len(t)))
+        if i > 0:
+            out.append((t[:i], t[i:]))
+    return out
+
+
+def _pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
+
+
+def _summary(ms: list[float], steps: list[int], tokens: list[int]) -> dict[str, float]:
+    total_s = sum(ms) / 1000
+    return {
+        "p50_ms": round(statistics.median(ms), 2),
+        "p95_ms": round(_pct(ms, 0.95), 2),
+        "steps_per_fill": round(statistics.mean(steps), 2),
+        "tokens_per_step": round(sum(tokens) / max(1, sum(steps)), 2),
+        "tokens_per_s": round(sum(tokens) / total_s, 1) if total_s else 0.0,
+        "fills": len(ms),
+    }
+
+
+def _fill_tokens(engine: InfillEngine, text: str) -> int:
+    """Tokens the fill produced, counting its end-of-fill token."""
+    return len(engine.tok.encode(text)) + 1
+
+
+def run_benchmark(model: LoadedModel, repeats: int = 20) -> dict[str, Any]:
+    engine = InfillEngine(model)
+    cases = positions(bench_sources(), repeats)
+    base = engine.default_sampler()
+    l2r = replace(base, strategy="left_to_right", max_steps=CANVAS_TOKENS)
+
+    def request(prefix: str, suffix: str, **kw: Any) -> InfillRequest:
+        return InfillRequest(prefix=prefix, suffix=suffix, canvas_tokens=CANVAS_TOKENS, context_tokens=CONTEXT_TOKENS, **kw)
+
+    # warm-up: load the graphs and allocate buffers
+    engine.fill(request(*cases[0]))
+    report: dict[str, Any] = {}
+    rows: dict[str, tuple[list[float], list[int], list[int]]] = {
+        k: ([], [], []) for k in ("cold", "warm", "no_drafter", "baseline_l2r")
+    }
+    drafted: list[int] = []
+    for prefix, suffix in cases:
+        for name, kw in (
+            ("cold", {}),
+            ("no_drafter", {"use_drafter": False}),
+            ("baseline_l2r", {"sampler": l2r, "use_drafter": False}),
+        ):
+            engine.cache.clear()
+            engine._previous = None
+            t0 = time.perf_counter()
+            r = engine.fill(request(prefix, suffix, **kw))
+            ms = (time.perf_counter() - t0) * 1000
+            rows[name][0].append(ms)
+            rows[name][1].append(r.steps)
+            rows[name][2].append(_fill_tokens(engine, r.text))
+            if name == "cold":
+                drafted.append(r.drafted)
+                typed = r.text[:1] if r.text[:1].strip() else " "
+                # warm: the same context plus one typed character
+                t0 = time.perf_counter()
+                w = engine.fill(request(prefix + typed, suffix))
+                wms = (time.perf_counter() - t0) * 1000
+                rows["warm"][0].append(wms)
+                rows["warm"][1].append(w.steps)
+                rows["warm"][2].append(_fill_tokens(engine, w.text))
+                # restore the cold request's state for the next scenario
+    for name, (ms, steps, toks) in rows.items():
+        report[name] = _summary(ms, steps, toks)
+    report["cold"]["drafted_positions"] = round(statistics.mean(drafted), 2)
+    cold_steps = report["cold"]["steps_per_fill"]
+    report["ratios"] = {
+        "baseline_steps_over_default": round(report["baseline_l2r"]["steps_per_fill"] / max(cold_steps, 1e-9), 2),
+        "no_drafter_steps_over_drafter": round(report["no_drafter"]["steps_per_fill"] / max(cold_steps, 1e-9), 2),
+    }
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    report["peak_rss_mb"] = round(rss / (1024 * 1024 if sys.platform == "darwin" else 1024), 1)
+    report["setup"] = {
+        "model": str(model.path),
+        "backend": model.backend,
+        "strategy": base.strategy,
+        "max_steps": base.max_steps,
+        "context_tokens": CONTEXT_TOKENS,
+        "canvas_tokens": CANVAS_TOKENS,
+        "repeats": repeats,
+        "machine": f"{platform.machine()} {platform.processor() or ''} cpus={_cpus()}".strip(),
+        "python": platform.python_version(),
+    }
+    return report
+
+
+def _cpus() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

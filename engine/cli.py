@@ -1,0 +1,287 @@
+"""diffusion-infill: the engine's command line (fill, batch, bench, eval, train, export-onnx).
+
+Errors a user can cause (missing files, a bad model directory, bad input) print one line
+on stderr and exit with status 2; never a traceback (`-v` shows one for internal errors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from engine.errors import EngineError, InputError
+from engine.modeldir import BACKENDS, DEFAULT_MODEL_DIR, load_model
+from engine.sampler import STRATEGIES, SamplerConfig
+
+log = logging.getLogger("diffusion_infill")
+EXIT_USAGE = 2
+
+
+def read_text(path: Path, what: str) -> str:
+    """A text file as str; invalid UTF-8 is replaced (and said so), never fatal."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{what} not found: {path}") from None
+    except IsADirectoryError:
+        raise InputError(f"{what} is a directory: {path}") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {what} {path}: {exc.strerror}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        log.warning("%s %s is not valid UTF-8; undecodable bytes were replaced with U+FFFD", what, path)
+        return raw.decode("utf-8", errors="replace")
+
+
+def split_at(text: str, line: int, col: int) -> tuple[str, str]:
+    """Split at a 1-based line and column (column counts characters, as editors show)."""
+    lines = text.splitlines(keepends=True) or [""]
+    if text.endswith(("\n", "\r")):
+        lines.append("")
+    if not 1 <= line <= len(lines):
+        raise InputError(f"line {line} is outside the file (1..{len(lines)})")
+    body = lines[line - 1].rstrip("\r\n")
+    if not 1 <= col <= len(body) + 1:
+        raise InputError(f"column {col} is outside line {line} (1..{len(body) + 1})")
+    offset = sum(len(x) for x in lines[: line - 1]) + col - 1
+    return text[:offset], text[offset:]
+
+
+def _sampler_from_args(args: argparse.Namespace, base: SamplerConfig) -> SamplerConfig:
+    changes: dict[str, Any] = {}
+    if args.strategy:
+        changes["strategy"] = args.strategy
+    if args.steps:
+        changes["max_steps"] = args.steps
+    return replace(base, **changes) if changes else base
+
+
+def _engine(args: argparse.Namespace) -> Any:
+    from engine.infill import InfillEngine
+
+    return InfillEngine(load_model(args.model, backend=args.backend, device=args.device))
+
+
+def _request(args: argparse.Namespace, engine: Any, prefix: str, suffix: str, language: str | None) -> Any:
+    from engine.infill import InfillRequest
+
+    return InfillRequest(
+        prefix=prefix,
+        suffix=suffix,
+        language=language,
+        canvas_tokens=args.canvas_tokens,
+        context_tokens=args.context_tokens,
+        candidates=getattr(args, "candidates", 1),
+        seed=args.seed,
+        sampler=_sampler_from_args(args, engine.default_sampler()),
+        use_drafter=not args.no_drafter,
+    )
+
+
+def result_json(result: Any, **extra: Any) -> dict[str, Any]:
+    return {
+        **extra,
+        "middle": result.text,
+        "candidates": [
+            {"text": c.text, "mean_confidence": round(c.mean_confidence, 4), "token_confidence": [round(x, 4) for x in c.confidence]}
+            for c in result.candidates
+        ],
+        "steps": result.steps,
+        "stop_reason": result.stop_reason,
+        "encode_ms": round(result.encode_ms, 2),
+        "denoise_ms": round(result.denoise_ms, 2),
+        "total_ms": round(result.total_ms, 2),
+        "context_tokens": result.context_tokens,
+        "drafted": result.drafted,
+        "warnings": result.warnings,
+    }
+
+
+def cmd_fill(args: argparse.Namespace) -> int:
+    if args.file:
+        if args.line is None or args.col is None:
+            raise InputError("--file needs --line and --col")
+        prefix, suffix = split_at(read_text(args.file, "file"), args.line, args.col)
+    elif args.prefix_file:
+        prefix = read_text(args.prefix_file, "prefix file")
+        suffix = read_text(args.suffix_file, "suffix file") if args.suffix_file else ""
+    else:
+        raise InputError("give --file F --line L --col C, or --prefix-file (and --suffix-file)")
+    engine = _engine(args)
+    result = engine.fill(_request(args, engine, prefix, suffix, args.language))
+    if args.json:
+        json.dump(result_json(result), sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(result.text)
+        if not result.text.endswith("\n"):
+            sys.stdout.write("\n")
+    return 0
+
+
+def _jsonl(stream: TextIO) -> Iterator[tuple[int, str]]:
+    for n, line in enumerate(stream, 1):
+        if line.strip():
+            yield n, line
+
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    """One result line per input line, in order; a bad line gets an error line, not a crash."""
+    engine = _engine(args)
+    src: TextIO = open(args.input, encoding="utf-8", errors="replace") if args.input else sys.stdin  # noqa: SIM115
+    dst: TextIO = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+    failures = 0
+    try:
+        for n, line in _jsonl(src):
+            try:
+                item = json.loads(line)
+                if not isinstance(item, dict) or not isinstance(item.get("prefix", None), str):
+                    raise InputError("each line needs an object with a string 'prefix'")
+                suffix = item.get("suffix", "")
+                if not isinstance(suffix, str):
+                    raise InputError("'suffix' must be a string")
+                result = engine.fill(_request(args, engine, item["prefix"], suffix, item.get("language")))
+                out = result_json(result, id=item.get("id", n))
+            except (json.JSONDecodeError, InputError) as exc:
+                failures += 1
+                out = {"id": n, "error": f"line {n}: {exc}"}
+                log.warning("line %d skipped: %s", n, exc)
+            dst.write(json.dumps(out) + "\n")
+            dst.flush()
+    finally:
+        if args.input:
+            src.close()
+        if args.output:
+            dst.close()
+    return 1 if failures else 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from engine.benchmark import run_benchmark
+
+    report = run_benchmark(load_model(args.model, backend=args.backend, device=args.device), repeats=args.repeats)
+    text = json.dumps(report, indent=None if args.json else 2)
+    sys.stdout.write(text + "\n")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from engine.evaluation import evaluate_dir
+
+    report = evaluate_dir(_engine(args), args.data, tasks=args.tasks, seed=args.seed or 0)
+    sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    try:
+        from engine.pipeline import run_training
+    except ImportError as exc:
+        raise InputError(f"training needs torch: pip install 'diffusion-lsp[torch]' ({exc})") from exc
+    if not args.recipe.is_file():
+        raise InputError(f"recipe not found: {args.recipe}")
+    summary = run_training(args.recipe, args.out, resume=args.resume)
+    sys.stdout.write(json.dumps(summary) + "\n")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    try:
+        from engine.export import export_onnx
+    except ImportError as exc:
+        raise InputError(f"export needs torch: pip install 'diffusion-lsp[torch]' ({exc})") from exc
+    loaded = load_model(args.model, backend="torch")
+    out = args.out or loaded.path
+    export_onnx(loaded.denoiser.model, out)  # type: ignore[attr-defined]
+    sys.stdout.write(f"wrote {out}/encode.onnx and {out}/denoise.onnx\n")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--model", type=Path, default=DEFAULT_MODEL_DIR, help="model directory (default: the shipped model)")
+    common.add_argument("--backend", choices=BACKENDS, default="auto")
+    common.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    common.add_argument("-v", "--verbose", action="store_true")
+
+    gen = argparse.ArgumentParser(add_help=False)
+    gen.add_argument("--canvas-tokens", type=int, help="fill length budget in tokens")
+    gen.add_argument("--context-tokens", type=int, help="context budget in tokens")
+    gen.add_argument("--strategy", choices=STRATEGIES)
+    gen.add_argument("--steps", type=int, help="maximum denoising steps")
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--no-drafter", action="store_true", help="do not initialise the canvas from the context")
+
+    p = argparse.ArgumentParser(prog="diffusion-infill", description="Code infill with a diffusion language model.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    f = sub.add_parser("fill", parents=[common, gen], help="fill at a position and print the fill")
+    f.add_argument("--file", type=Path)
+    f.add_argument("--line", type=int, help="1-based line of the cursor")
+    f.add_argument("--col", type=int, help="1-based column of the cursor")
+    f.add_argument("--prefix-file", type=Path)
+    f.add_argument("--suffix-file", type=Path)
+    f.add_argument("--language")
+    f.add_argument("--candidates", type=int, default=1)
+    f.add_argument("--json", action="store_true", help="print the full result as JSON")
+    f.set_defaults(func=cmd_fill)
+
+    b = sub.add_parser("batch", parents=[common, gen], help="fill each JSONL request (id, prefix, suffix, language)")
+    b.add_argument("--input", type=Path, help="JSONL input (default stdin)")
+    b.add_argument("--output", type=Path, help="JSONL output (default stdout)")
+    b.set_defaults(func=cmd_batch)
+
+    be = sub.add_parser("bench", parents=[common], help="latency and steps benchmark, JSON on stdout")
+    be.add_argument("--json", action="store_true", help="one line of JSON")
+    be.add_argument("--repeats", type=int, default=20)
+    be.set_defaults(func=cmd_bench)
+
+    e = sub.add_parser("eval", parents=[common, gen], help="exact match and steps on held-out files")
+    e.add_argument("--data", type=Path, required=True, help="directory of source files")
+    e.add_argument("--tasks", type=int, default=100, help="tasks per kind")
+    e.set_defaults(func=cmd_eval)
+
+    t = sub.add_parser("train", parents=[common], help="train a model directory from a recipe")
+    t.add_argument("--recipe", type=Path, default=Path("recipes/first-model.json"))
+    t.add_argument("--out", type=Path, required=True)
+    t.add_argument("--resume", type=Path, help="model directory to continue from")
+    t.set_defaults(func=cmd_train)
+
+    x = sub.add_parser("export-onnx", parents=[common], help="write the ONNX graphs for a model's safetensors")
+    x.add_argument("--out", type=Path)
+    x.set_defaults(func=cmd_export)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="diffusion-infill: %(levelname)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return int(args.func(args))
+    except EngineError as exc:
+        sys.stderr.write(f"diffusion-infill: error: {exc}\n")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # a bug: one line, the traceback only when asked for
+        if args.verbose:
+            raise
+        sys.stderr.write(f"diffusion-infill: internal error: {type(exc).__name__}: {exc} (run with -v for details)\n")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""The Denoiser protocol: the only thing that differs between model backends.
+
+A backend turns context tokens into a reusable state (`encode`) and predicts logits for
+a canvas against that state (`denoise`). Everything above it (sampler, drafter, infill)
+is shared by all backends. Arrays are the backend's native type: numpy for onnx, torch
+tensors (on the model's device) for torch and diffusion_gemma; code above the protocol
+is written against the array API (array-api-compat), never against one library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+Regime = Literal["absorbing", "uniform"]
+
+
+@dataclass(frozen=True)
+class DenoiserInfo:
+    """What the sampler and infill need to know about a backend's model."""
+
+    vocab_size: int
+    regime: Regime  # "absorbing": canvas starts as mask tokens; "uniform": random tokens
+    eof_id: int  # end-of-fill token: the fill ends here
+    pad_id: int  # fills the canvas after end-of-fill
+    mask_id: int | None  # absorbing regime only
+    max_positions: int  # context + canvas must fit
+    uses_self_conditioning: bool = False  # denoise() wants the previous step's logits
+
+
+@dataclass
+class EncodedContext:
+    """Cached result of encoding a context: the token ids it covers and backend data.
+
+    `payload` is opaque to everything but the backend that made it (numpy key/value
+    arrays for onnx, a transformers Cache for diffusion_gemma, ...).
+    """
+
+    token_ids: tuple[int, ...]
+    payload: Any
+    nbytes: int = 0  # approximate memory held, for the bounded cache
+
+
+@runtime_checkable
+class Denoiser(Protocol):
+    """A bidirectional denoiser with a cached causal context encoder."""
+
+    info: DenoiserInfo
+
+    def encode(
+        self, context_ids: Sequence[int], state: EncodedContext | None = None
+    ) -> EncodedContext:
+        """Encode `context_ids`, reusing the longest common token prefix of `state`.
+
+        Never mutates `state`: a cached state may be shared by several requests.
+        """
+        ...
+
+    def denoise(
+        self, state: EncodedContext, canvas_ids: Any, self_cond: Any | None = None
+    ) -> Any:
+        """One forward pass of the canvas: (B, C) int ids -> (B, C, V) float logits.
+
+        Positions of the canvas follow the context (len(state.token_ids) onwards).
+        `self_cond` is the previous step's processed logits (B, C, V) or None.
+        """
+        ...
+
+    def as_array(self, values: Any) -> Any:
+        """Convert a nested list / numpy array of ints to this backend's array type."""
+        ...
+
+    def random_source(self, seed: int | None) -> RandomSource:
+        """The random number source for sampling on this backend's device."""
+        ...
+
+
+class RandomSource(Protocol):
+    """Random numbers in the backend's array type, drawn in a fixed order.
+
+    The torch source calls torch.randint and torch.multinomial in the same order as
+    transformers' DiffusionGemma generate(), so that a seeded run reproduces it.
+    """
+
+    def uniform_tokens(self, shape: tuple[int, int], vocab_size: int) -> Any:
+        """(B, C) token ids drawn uniformly from [0, vocab_size)."""
+        ...
+
+    def categorical(self, probs: Any) -> Any:
+        """(B, C, V) float32 probabilities -> (B, C) sampled ids."""
+        ...

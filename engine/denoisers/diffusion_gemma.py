@@ -1,0 +1,346 @@
+"""The diffusion_gemma backend: runs transformers' DiffusionGemmaForBlockDiffusion as a Denoiser.
+
+`encode` runs the causal encoder (`model.model.encoder`) over the context into a
+transformers `DynamicCache`; `denoise` runs one decoder forward pass (`model.forward` with
+`decoder_input_ids`, `self_conditioning_logits`, the decoder mask mapping, the encoder cache
+and `decoder_position_ids`) for a canvas placed right after the context. Both calls are
+made exactly as `DiffusionGemmaGenerationMixin.generate` makes them for the first canvas
+after a prompt, so the logits equal the ones generate() computes, and `TorchRandomSource`
+draws random numbers with the same torch calls in the same order, so a seeded sampler run
+reproduces a generate() call seeded with `torch.manual_seed(seed)`.
+
+Cache sharing: an `EncodedContext` built here is never mutated. The decoder only reads the
+cache (it concatenates the canvas keys/values into new tensors), and `encode` extends or
+crops a *fork* of a given state's cache: new layer objects that share the (never
+modified in place) key/value tensors of the original.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+try:
+    import torch
+    from transformers import DiffusionGemmaForBlockDiffusion
+    from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
+except ImportError as exc:  # pragma: no cover - exercised only without the extra installed
+    raise ImportError(
+        "The diffusion_gemma backend needs torch and transformers (>= 5.23, with DiffusionGemma). "
+        "Install them with: pip install 'diffusion-lsp[torch]'"
+    ) from exc
+
+from engine.denoisers.base import DenoiserInfo, EncodedContext
+
+try:
+    from engine.errors import ModelLoadError
+except ImportError:
+
+    class ModelLoadError(Exception):  # type: ignore[no-redef]
+        """A model directory could not be loaded (missing, incomplete, or unreadable)."""
+
+
+__all__ = ["DiffusionGemmaDenoiser", "ModelLoadError", "TorchRandomSource"]
+
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
+
+
+class TorchRandomSource:
+    """Seeded torch random numbers drawn with the calls DiffusionGemma's generate() uses.
+
+    `uniform_tokens` is `EntropyBoundSampler.initialize_canvas` (torch.randint) and
+    `categorical` is the `torch.multinomial` of `_denoising_step`; both use a private
+    `torch.Generator` on `device`. On CPU a fresh `torch.Generator().manual_seed(s)` yields
+    the same stream as the global generator after `torch.manual_seed(s)`.
+    """
+
+    def __init__(self, seed: int | None, device: torch.device | str = "cpu") -> None:
+        self.device = torch.device(device)
+        self.generator = torch.Generator(device=self.device)
+        if seed is None:
+            self.generator.seed()
+        else:
+            self.generator.manual_seed(int(seed))
+
+    def uniform_tokens(self, shape: tuple[int, int], vocab_size: int) -> torch.Tensor:
+        """(B, C) int64 token ids drawn uniformly from [0, vocab_size)."""
+        return torch.randint(
+            low=0, high=int(vocab_size), size=tuple(shape), generator=self.generator, device=self.device
+        )
+
+    def categorical(self, probs: torch.Tensor) -> torch.Tensor:
+        """(B, C, V) float32 probabilities -> (B, C) int64 sampled ids (one multinomial call)."""
+        batch, length, vocab = probs.shape
+        flat = probs.reshape(-1, vocab)
+        return torch.multinomial(flat, num_samples=1, generator=self.generator).view(batch, length)
+
+
+def _common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _fork_cache(cache: Cache) -> Cache:
+    """A cache that can be extended or cropped without touching `cache`.
+
+    Dynamic layers only ever replace their tensors (torch.cat, slicing), never write into
+    them, so new layer objects sharing the tensors are enough; any other layer type is
+    deep-copied.
+    """
+    if all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer) for layer in cache.layers):
+        forked = copy.copy(cache)
+        forked.layers = [copy.copy(layer) for layer in cache.layers]
+        return forked
+    return copy.deepcopy(cache)
+
+
+def _can_crop(cache: Cache) -> bool:
+    """Whether every layer still holds all its tokens, so that cropping is exact."""
+    for layer in cache.layers:
+        if type(layer) is DynamicSlidingWindowLayer:
+            if layer.get_seq_length() >= layer.sliding_window:  # older tokens were dropped
+                return False
+        elif type(layer) is not DynamicLayer:
+            return False
+    return True
+
+
+def _expand_cache(cache: Cache, batch: int) -> Cache:
+    """A view of a batch-1 cache as batch `batch` (no copy: tensors are expanded)."""
+    if batch == 1:
+        return cache
+    forked = _fork_cache(cache)
+    for layer in forked.layers:
+        if getattr(layer, "is_initialized", False) and layer.keys is not None:
+            if layer.keys.shape[0] != 1:
+                raise ValueError(f"the encoded context has batch {layer.keys.shape[0]}; expected 1")
+            layer.keys = layer.keys.expand(batch, -1, -1, -1)
+            layer.values = layer.values.expand(batch, -1, -1, -1)
+    return forked
+
+
+def _cache_nbytes(cache: Cache) -> int:
+    total = 0
+    for layer in cache.layers:
+        for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+            if isinstance(t, torch.Tensor):
+                total += t.numel() * t.element_size()
+    return total
+
+
+def _first_id(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return int(value[0]) if value else None
+    return int(value)
+
+
+class DiffusionGemmaDenoiser:
+    """Denoiser over a DiffusionGemmaForBlockDiffusion model (uniform regime, self-conditioned).
+
+    `encode` returns a batch-1 state; `denoise` accepts any batch B of canvases against it
+    (the cache is expanded, not copied) and returns raw float32 logits (B, C, V), i.e. the
+    decoder output after final-logit softcapping and before any temperature.
+    """
+
+    def __init__(self, model: DiffusionGemmaForBlockDiffusion) -> None:
+        self.model = model
+        config = model.config
+        text = config.get_text_config()
+        self._text_config = text
+        gen = getattr(model, "generation_config", None)
+        eos = _first_id(getattr(gen, "eos_token_id", None))
+        if eos is None:
+            eos = _first_id(getattr(text, "eos_token_id", None))
+        pad = _first_id(getattr(gen, "pad_token_id", None))
+        if pad is None:
+            pad = _first_id(getattr(text, "pad_token_id", None))
+        if eos is None:
+            raise ModelLoadError("the DiffusionGemma config defines no eos_token_id")
+        self.info = DenoiserInfo(
+            vocab_size=int(text.vocab_size),
+            regime="uniform",
+            eof_id=eos,
+            pad_id=pad if pad is not None else 0,
+            mask_id=None,
+            max_positions=int(text.max_position_embeddings),
+            uses_self_conditioning=True,
+        )
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def from_dir(
+        cls,
+        path: str | os.PathLike[str],
+        device: str = "auto",
+        dtype: torch.dtype | str | None = None,
+    ) -> DiffusionGemmaDenoiser:
+        """Load a local checkpoint directory (config.json + safetensors weights).
+
+        device: "auto" (cuda when available, else cpu), "cpu", "cuda" or "cuda:N".
+        dtype: a torch dtype or its name; None keeps the checkpoint's dtype on cuda and
+            uses float32 on cpu. Only safetensors are read (never pickles), only from disk.
+        """
+        root = Path(path).expanduser()
+        if not root.is_dir():
+            raise ModelLoadError(f"DiffusionGemma model directory not found: {root}")
+        if not (root / "config.json").is_file():
+            raise ModelLoadError(f"no config.json in DiffusionGemma model directory {root}")
+        if not any((root / name).is_file() for name in _WEIGHT_FILES):
+            raise ModelLoadError(
+                f"no safetensors weights ({' or '.join(_WEIGHT_FILES)}) in DiffusionGemma model directory {root}"
+            )
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        on_cuda = str(device).startswith("cuda")
+        if on_cuda and not torch.cuda.is_available():
+            raise ModelLoadError(f"device {device!r} requested for {root}, but CUDA is not available")
+        if isinstance(dtype, str):
+            resolved = getattr(torch, dtype, None)
+            if not isinstance(resolved, torch.dtype):
+                raise ValueError(f"unknown torch dtype {dtype!r}")
+            dtype = resolved
+        torch_dtype: torch.dtype | str = dtype if dtype is not None else ("auto" if on_cuda else torch.float32)
+        kwargs: dict[str, Any] = {
+            "local_files_only": True,
+            "trust_remote_code": False,
+            "use_safetensors": True,
+            "dtype": torch_dtype,
+        }
+        if on_cuda:
+            kwargs["device_map"] = device
+        try:
+            model = DiffusionGemmaForBlockDiffusion.from_pretrained(str(root), **kwargs)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            raise ModelLoadError(f"could not load DiffusionGemma model from {root}: {exc}") from exc
+        model.eval()
+        return cls(model)
+
+    # ------------------------------------------------------------------ protocol
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    def as_array(self, values: Any) -> torch.Tensor:
+        """Nested list / numpy array of ints -> int64 tensor on the model's device."""
+        return torch.as_tensor(values, dtype=torch.long, device=self.device)
+
+    def random_source(self, seed: int | None) -> TorchRandomSource:
+        return TorchRandomSource(seed, self.device)
+
+    def encode(self, context_ids: Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
+        """Encode the context into a batch-1 encoder KV cache, reusing `state`'s common prefix.
+
+        Reuse: the new ids extend the state's ids -> fork its cache and encode the rest;
+        they diverge (or are shorter) -> fork, crop to the common prefix and encode the
+        rest, when every cache layer still holds all its tokens (sliding-window layers past
+        their window do not); otherwise encode from scratch.
+        """
+        ids = tuple(int(t) for t in context_ids)
+        if not ids:
+            raise ValueError("DiffusionGemma needs at least one context token (e.g. BOS) to denoise against")
+        if len(ids) > self.info.max_positions:
+            raise ValueError(f"context of {len(ids)} tokens exceeds max_positions={self.info.max_positions}")
+        cache: Cache | None = None
+        start = 0
+        if state is not None and isinstance(state.payload, Cache):
+            old = state.token_ids
+            common = _common_prefix_len(old, ids)
+            if common == len(old) == len(ids):
+                return EncodedContext(token_ids=ids, payload=state.payload, nbytes=state.nbytes)
+            if common == len(old):
+                cache, start = _fork_cache(state.payload), common
+            elif common > 0 and _can_crop(state.payload):
+                cache = _fork_cache(state.payload)
+                cache.crop(common - len(old))
+                start = common
+        if cache is None:
+            cache = DynamicCache(config=self.model.config.get_text_config(decoder=True))
+            start = 0
+        if start < len(ids):
+            self._run_encoder(cache, ids, start)
+        return EncodedContext(token_ids=ids, payload=cache, nbytes=_cache_nbytes(cache))
+
+    def denoise(self, state: EncodedContext, canvas_ids: Any, self_cond: Any | None = None) -> torch.Tensor:
+        """One decoder pass: canvas (B, C) int ids -> raw float32 logits (B, C, V).
+
+        The canvas occupies positions len(state.token_ids) ... + C - 1. `self_cond` is the
+        previous step's processed (temperature-scaled) logits; like generate() it is cast to
+        the embedding dtype before the model sees it.
+        """
+        cache = state.payload
+        if not isinstance(cache, Cache):
+            raise TypeError("state was not made by DiffusionGemmaDenoiser.encode")
+        device = self.device
+        canvas = torch.as_tensor(canvas_ids, device=device)
+        if canvas.dtype != torch.long:
+            canvas = canvas.long()
+        if canvas.ndim != 2:
+            raise ValueError(f"canvas_ids must be (B, C); got shape {tuple(canvas.shape)}")
+        batch, length = canvas.shape
+        cur_len = len(state.token_ids)
+        if cur_len + length > self.info.max_positions:
+            raise ValueError(
+                f"context ({cur_len}) + canvas ({length}) exceeds max_positions={self.info.max_positions}"
+            )
+        sc = None
+        if self_cond is not None:
+            sc = torch.as_tensor(self_cond, device=device).to(self.model.model.decoder.embed_tokens.weight.dtype)
+            if sc.shape[:2] != canvas.shape:
+                raise ValueError(f"self_cond shape {tuple(sc.shape)} does not match canvas {tuple(canvas.shape)}")
+        with torch.no_grad():
+            batch_cache = _expand_cache(cache, batch)
+            decoder_attention_mask = torch.ones((batch, cur_len + length), dtype=torch.bool, device=device)
+            decoder_position_ids = torch.arange(
+                cur_len, cur_len + length, dtype=torch.int32, device=device
+            ).unsqueeze(0)
+            mask_mapping = self.model.model.decoder.create_diffusion_decoder_attention_mask(
+                config=self.model.config,
+                inputs_embeds=canvas.unsqueeze(-1),
+                past_key_values=batch_cache,
+                decoder_attention_mask=decoder_attention_mask,
+            )
+            out = self.model(
+                decoder_input_ids=canvas,
+                self_conditioning_logits=sc,
+                decoder_attention_mask=mask_mapping,
+                past_key_values=batch_cache,
+                decoder_position_ids=decoder_position_ids,
+            )
+        return out.logits
+
+    # ------------------------------------------------------------------ internals
+
+    def _run_encoder(self, cache: Cache, ids: tuple[int, ...], start: int) -> None:
+        """Encode ids[start:] into `cache` (which holds ids[:start]) as generate() does."""
+        model = self.model
+        device = self.device
+        cur_len = len(ids)
+        new_ids = torch.tensor([ids[start:]], dtype=torch.long, device=device)
+        position_ids = torch.arange(start, cur_len, dtype=torch.int32, device=device).unsqueeze(0)
+        attention_mask = torch.ones((1, cur_len), dtype=torch.bool, device=device)
+        with torch.no_grad():
+            dummy = torch.empty((1, new_ids.shape[1], 0), dtype=model.dtype, device=device)
+            mask_mapping = model.model.encoder.create_masks_for_generate(
+                config=model.config,
+                inputs_embeds=dummy,
+                attention_mask=attention_mask,
+                past_key_values=cache,
+                position_ids=position_ids,
+                mm_token_type_ids=None,
+            )
+            model.model.encoder(
+                input_ids=new_ids,
+                attention_mask=mask_mapping,
+                past_key_values=cache,
+                position_ids=position_ids,
+            )

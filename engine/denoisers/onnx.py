@@ -1,0 +1,95 @@
+"""The default backend: the embedded model's two ONNX graphs run by onnxruntime (no torch).
+
+`encode.onnx`: input_ids (1, T), past_keys/past_values (L, 1, H, P, D)
+               -> present_keys/present_values (L, 1, H, P+T, D)
+`denoise.onnx`: canvas_ids (B, C), past_keys/past_values -> logits (B, C, V)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.denoisers.base import DenoiserInfo, RandomSource
+from engine.denoisers.kv import KVDenoiser
+from engine.errors import ModelLoadError
+
+
+class NumpyRandomSource:
+    """numpy's PCG64 generator behind the RandomSource protocol."""
+
+    def __init__(self, seed: int | None) -> None:
+        self.gen = np.random.default_rng(seed)
+
+    def uniform_tokens(self, shape: tuple[int, int], vocab_size: int) -> np.ndarray:
+        return self.gen.integers(0, vocab_size, size=shape, dtype=np.int64)
+
+    def categorical(self, probs: np.ndarray) -> np.ndarray:
+        cdf = np.cumsum(probs, axis=-1)  # (B, C, V)
+        u = self.gen.random(probs.shape[:-1] + (1,)) * cdf[..., -1:]
+        return np.minimum((cdf < u).sum(axis=-1), probs.shape[-1] - 1).astype(np.int64)
+
+
+def _session(path: Path, providers: list[str] | None) -> Any:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    threads = os.environ.get("DIFFUSION_LSP_THREADS")
+    if threads:
+        opts.intra_op_num_threads = int(threads)
+    opts.log_severity_level = 3  # errors only: keep stderr quiet for editors
+    try:
+        return ort.InferenceSession(str(path), sess_options=opts, providers=providers or ["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own exception types
+        raise ModelLoadError(f"cannot load ONNX graph {path}: {exc}") from exc
+
+
+class OnnxDenoiser(KVDenoiser):
+    def __init__(
+        self,
+        encode_path: Path,
+        denoise_path: Path,
+        info: DenoiserInfo,
+        shape: tuple[int, int, int],
+        providers: list[str] | None = None,
+    ) -> None:
+        self.info = info
+        self.layers, self.heads, self.head_dim = shape
+        self.encoder = _session(encode_path, providers)
+        self.denoiser = _session(denoise_path, providers)
+
+    def _empty(self) -> tuple[np.ndarray, np.ndarray]:
+        z = np.zeros((self.layers, 1, self.heads, 0, self.head_dim), dtype=np.float32)
+        return z, z
+
+    def _encode(self, new_ids: Sequence[int], keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        feeds = {
+            "input_ids": np.asarray([new_ids], dtype=np.int64),
+            "past_keys": np.ascontiguousarray(keys),
+            "past_values": np.ascontiguousarray(values),
+        }
+        k, v = self.encoder.run(["present_keys", "present_values"], feeds)
+        return k, v
+
+    def _denoise(self, canvas_ids: np.ndarray, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+        feeds = {
+            "canvas_ids": np.asarray(canvas_ids, dtype=np.int64),
+            "past_keys": np.ascontiguousarray(keys),
+            "past_values": np.ascontiguousarray(values),
+        }
+        (logits,) = self.denoiser.run(["logits"], feeds)
+        return logits
+
+    def _nbytes(self, keys: np.ndarray) -> int:
+        return int(keys.nbytes)
+
+    def as_array(self, values: Any) -> np.ndarray:
+        return np.asarray(values, dtype=np.int64)
+
+    def random_source(self, seed: int | None) -> RandomSource:
+        return NumpyRandomSource(seed)

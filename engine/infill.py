@@ -1,0 +1,286 @@
+"""Infill: a request (prefix, suffix, budget) in, ranked candidates with confidences out.
+
+The steps of `InfillEngine.fill`:
+  1. tokenize prefix and suffix and trim each to its budget, keeping the code nearest
+     the cursor; trims snap to whole lines in steps of TRIM_QUANTUM_LINES so that the
+     context stays the same while the user types (cache reuse);
+  2. assemble the context in suffix-prefix-middle order, `<suf> S <pre> P <mid>`;
+  3. encode it, reusing the cached state with the longest common token prefix;
+  4. build the canvas: a warm start from the previous fill when the new request extends
+     the previous one (the typed text matched it), else drafter proposals, else empty;
+  5. run the sampler over B candidate canvases in one batch;
+  6. cut each candidate at end-of-fill, decode it, and rank by mean confidence.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from engine import drafter
+from engine.cache import DEFAULT_MAX_BYTES, ContextCache
+from engine.modeldir import LoadedModel
+from engine.sampler import SamplerConfig, StepView, initial_canvas, run
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CANVAS_TOKENS = 32
+MAX_CANVAS_TOKENS = 256  # DiffusionGemma's block; longer fills need several blocks
+DEFAULT_CONTEXT_TOKENS = 1024
+MIN_CONTEXT_TOKENS = 16
+SUFFIX_SHARE = 0.25  # of the context budget, at most, for code after the cursor
+TRIM_QUANTUM_LINES = 16  # trims move in steps of this many lines (cache-friendly)
+CANDIDATE_TEMPERATURE = 0.8  # for the extra, sampled candidates
+
+
+@dataclass
+class InfillRequest:
+    prefix: str
+    suffix: str = ""
+    language: str | None = None
+    canvas_tokens: int | None = None  # None: the model's default
+    context_tokens: int | None = None  # None: the model's default
+    candidates: int = 1
+    seed: int | None = 0
+    deadline: float | None = None  # time.monotonic() value
+    cancel: Callable[[], bool] | None = None
+    sampler: SamplerConfig | None = None  # None: the model's defaults
+    use_drafter: bool = True
+    warm_start: bool = True
+    on_draft: Callable[[int, list[str]], None] | None = None  # step, text of each candidate
+
+
+@dataclass
+class Candidate:
+    text: str
+    token_ids: list[int]
+    confidence: list[float]  # per token, probability when chosen
+
+    @property
+    def mean_confidence(self) -> float:
+        return float(np.mean(self.confidence)) if self.confidence else 1.0
+
+
+@dataclass
+class InfillResult:
+    candidates: list[Candidate]
+    steps: int
+    stop_reason: str
+    context_tokens: int
+    reused_tokens: int  # context tokens whose keys/values came from the cache
+    encode_ms: float
+    denoise_ms: float
+    drafted: int  # canvas positions proposed by the drafter or the warm start
+    warm_start: bool
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return self.candidates[0].text if self.candidates else ""
+
+    @property
+    def total_ms(self) -> float:
+        return self.encode_ms + self.denoise_ms
+
+
+@dataclass
+class _Previous:
+    prefix: str
+    suffix: str
+    text: str
+
+
+def trim_prefix(tok_encode: Callable[[str], list[int]], prefix: str, budget: int) -> list[int]:
+    """Tokens of the end of `prefix` within `budget`, starting at a line that is a
+    multiple of TRIM_QUANTUM_LINES from the start, so the cut rarely moves."""
+    ids = tok_encode(prefix)
+    if len(ids) <= budget:
+        return ids
+    starts = _line_starts(prefix)
+    # Try cut lines from the nearest-to-budget estimate upwards.
+    for line in range(0, len(starts), TRIM_QUANTUM_LINES):
+        ids = tok_encode(prefix[starts[line] :])
+        if len(ids) <= budget:
+            return ids
+    return ids[-budget:]  # one huge line: keep its end
+
+
+def trim_suffix(tok_encode: Callable[[str], list[int]], suffix: str, budget: int) -> list[int]:
+    """Tokens of the start of `suffix` within `budget`, ending on a line boundary."""
+    ids = tok_encode(suffix)
+    if len(ids) <= budget:
+        return ids
+    starts = _line_starts(suffix)
+    n = len(starts)
+    for line in range(n - n % TRIM_QUANTUM_LINES, 0, -TRIM_QUANTUM_LINES):
+        ids = tok_encode(suffix[: starts[line]])
+        if len(ids) <= budget:
+            return ids
+    return tok_encode(suffix)[:budget]
+
+
+def _line_starts(text: str) -> list[int]:
+    starts = [0]
+    pos = text.find("\n")
+    while pos != -1:
+        starts.append(pos + 1)
+        pos = text.find("\n", pos + 1)
+    return starts
+
+
+class InfillEngine:
+    """Fills spans with one loaded model; keeps the context cache and the last fill."""
+
+    def __init__(self, model: LoadedModel, cache_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.model = model
+        self.tok = model.tokenizer
+        self.den = model.denoiser
+        self.cache = ContextCache(cache_bytes)
+        self.defaults = model.defaults
+        self._previous: _Previous | None = None
+
+    def default_sampler(self) -> SamplerConfig:
+        d = self.defaults
+        return SamplerConfig(strategy=d.get("strategy", "entropy_bound"), max_steps=int(d.get("max_steps", 32)))
+
+    # -- 1-2: context
+    def build_context(self, req: InfillRequest, warnings: list[str], canvas: int) -> tuple[list[int], list[int], list[int]]:
+        """(context ids, prefix ids, suffix ids) within the budget."""
+        budget = req.context_tokens or int(self.defaults.get("context_tokens", DEFAULT_CONTEXT_TOKENS))
+        room = self.den.info.max_positions - canvas
+        if budget > room:
+            warnings.append(f"context budget {budget} exceeds what the model holds with the canvas; using {room}")
+            budget = room
+        if budget < MIN_CONTEXT_TOKENS:
+            warnings.append(f"context budget {budget} is below {MIN_CONTEXT_TOKENS}; using {MIN_CONTEXT_TOKENS}")
+            budget = MIN_CONTEXT_TOKENS
+        budget -= 3  # the three sentinels
+        suffix_ids = trim_suffix(self.tok.encode, req.suffix, int(budget * SUFFIX_SHARE))
+        prefix_ids = trim_prefix(self.tok.encode, req.prefix, budget - len(suffix_ids))
+        sp = self.tok.special
+        return [sp.suffix, *suffix_ids, sp.prefix, *prefix_ids, sp.middle], prefix_ids, suffix_ids
+
+    def canvas_length(self, req: InfillRequest, warnings: list[str]) -> int:
+        n = req.canvas_tokens if req.canvas_tokens is not None else int(self.defaults.get("canvas_tokens", DEFAULT_CANVAS_TOKENS))
+        limit = min(MAX_CANVAS_TOKENS, self.den.info.max_positions - MIN_CONTEXT_TOKENS)
+        if not 1 <= n <= limit:
+            clamped = min(max(n, 1), limit)
+            warnings.append(f"canvas length {n} is out of range 1..{limit}; using {clamped}")
+            n = clamped
+        return n
+
+    # -- 4: warm start or drafts
+    def _proposals(self, req: InfillRequest, prefix_ids: list[int], suffix_ids: list[int], c: int) -> tuple[list[int], bool]:
+        prev = self._previous
+        if req.warm_start and prev is not None and req.suffix == prev.suffix and req.prefix.startswith(prev.prefix):
+            typed = req.prefix[len(prev.prefix) :]
+            if typed and prev.text.startswith(typed) and len(prev.text) > len(typed):
+                return self.tok.encode(prev.text[len(typed) :])[:c], True
+        if req.use_drafter:
+            sp = self.tok.special
+            ctx = [*suffix_ids, sp.prefix, *prefix_ids]
+            stops = (sp.suffix, sp.prefix, sp.middle, sp.pad, sp.eof)
+            return drafter.propose(ctx, prefix_ids, c, stops), False
+        return [], False
+
+    def fill(self, req: InfillRequest) -> InfillResult:
+        warnings: list[str] = []
+        c = self.canvas_length(req, warnings)
+        b = max(1, int(req.candidates))
+        ctx_ids, prefix_ids, suffix_ids = self.build_context(req, warnings, c)
+
+        # 3. encode, reusing the cache
+        t0 = time.perf_counter()
+        cached, reused = self.cache.lookup(ctx_ids)
+        state = self.den.encode(ctx_ids, cached)
+        self.cache.put(state)
+        t1 = time.perf_counter()
+
+        # 4. canvas
+        cfg = req.sampler or self.default_sampler()
+        if req.seed is not None and cfg.seed is None:
+            cfg = replace(cfg, seed=req.seed)
+        if b > 1 and cfg.greedy:
+            cfg = replace(cfg, greedy=False, t_max=CANDIDATE_TEMPERATURE, t_min=CANDIDATE_TEMPERATURE)
+        rng = self.den.random_source(cfg.seed)
+        canvas = initial_canvas(self.den, b, c, rng)
+        proposal, warm = self._proposals(req, prefix_ids, suffix_ids, c)
+        draft_mask = np.zeros((b, c), dtype=bool)
+        if proposal:
+            host = np.asarray(_to_host(canvas)).copy()
+            host[:, : len(proposal)] = proposal
+            draft_mask[:, : len(proposal)] = True
+            canvas = self.den.as_array(host)
+        greedy_rows = np.zeros((b,), dtype=bool)
+        greedy_rows[0] = True  # the first candidate is always the most likely fill
+
+        on_step = None
+        if req.on_draft is not None:
+            cb = req.on_draft
+
+            def on_step(view: StepView) -> None:
+                rows = np.asarray(_to_host(view.argmax_canvas))
+                cb(view.step, [self._decode_row(r, None)[0] for r in rows])
+
+        # 5. sample
+        result = run(
+            self.den,
+            state,
+            canvas,
+            cfg,
+            rng,
+            draft=self._as_bool(draft_mask) if proposal else None,
+            greedy_rows=self._as_bool(greedy_rows),
+            deadline=req.deadline,
+            cancel=req.cancel,
+            on_step=on_step,
+        )
+        t2 = time.perf_counter()
+
+        # 6. decode and rank
+        cands: list[Candidate] = []
+        seen: set[str] = set()
+        for row, conf in zip(result.tokens, result.confidence, strict=True):
+            text, n = self._decode_row(row, conf)
+            if text in seen:
+                continue
+            seen.add(text)
+            cands.append(Candidate(text=text, token_ids=[int(t) for t in row[:n]], confidence=[float(x) for x in conf[:n]]))
+        first, rest = cands[:1], sorted(cands[1:], key=lambda k: -k.mean_confidence)
+        self._previous = _Previous(prefix=req.prefix, suffix=req.suffix, text=first[0].text if first else "")
+        for w in warnings:
+            log.warning("%s", w)
+        return InfillResult(
+            candidates=first + rest,
+            steps=result.steps,
+            stop_reason=result.stop_reason,
+            context_tokens=len(ctx_ids),
+            reused_tokens=min(reused, len(ctx_ids)),
+            encode_ms=(t1 - t0) * 1000,
+            denoise_ms=(t2 - t1) * 1000,
+            drafted=len(proposal),
+            warm_start=warm,
+            warnings=warnings,
+        )
+
+    def _as_bool(self, arr: np.ndarray) -> object:
+        out = self.den.as_array(arr.astype(np.int64))
+        return out == 1
+
+    def _decode_row(self, row: np.ndarray, conf: np.ndarray | None) -> tuple[str, int]:
+        """Text up to end-of-fill (mask and pad dropped) and the number of tokens kept."""
+        sp = self.tok.special
+        ids = [int(t) for t in row]
+        n = ids.index(sp.eof) if sp.eof in ids else len(ids)
+        kept = [t for t in ids[:n] if t not in (sp.pad, sp.mask)]
+        return self.tok.decode(kept), n
+
+
+def _to_host(x: object) -> object:
+    if hasattr(x, "detach"):
+        return x.detach().cpu()  # type: ignore[attr-defined]
+    return x

@@ -1,0 +1,244 @@
+"""Model directories: what a model is on disk, how to save one, and how to load it safely.
+
+An embedded-architecture model directory holds:
+    config.json        format_version, model_type "diffusion_coder", architecture, regime,
+                       special token ids, defaults for infill and sampling
+    tokenizer.json     the byte-level BPE
+    model.safetensors  the weights (torch backend)
+    encode.onnx, denoise.onnx   the graphs the default onnx backend runs
+    MODEL_CARD.md      data, licences, recipe, evaluation
+
+A directory whose config.json has model_type "diffusion_gemma" is a transformers
+checkpoint and loads through the diffusion_gemma backend.
+
+Weights load only from safetensors and ONNX files, never from pickles, and only from the
+local directory: nothing is fetched.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from engine.denoisers.base import Denoiser, DenoiserInfo
+from engine.errors import ModelLoadError
+from engine.tokenizer import SPECIAL_TOKENS, Tokenizer
+
+FORMAT_VERSION = 1
+MODEL_TYPE = "diffusion_coder"
+DG_MODEL_TYPE = "diffusion_gemma"
+CONFIG_FILE = "config.json"
+TOKENIZER_FILE = "tokenizer.json"
+WEIGHTS_FILE = "model.safetensors"
+CARD_FILE = "MODEL_CARD.md"
+ENCODE_FILE = "encode.onnx"
+DENOISE_FILE = "denoise.onnx"
+
+Backend = Literal["auto", "onnx", "torch", "diffusion_gemma"]
+BACKENDS: tuple[str, ...] = ("auto", "onnx", "torch", "diffusion_gemma")
+
+# The shipped default model lives inside the package.
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "weights"
+
+
+@dataclass
+class LoadedModel:
+    """A ready-to-use model: tokenizer, denoiser and the directory's defaults."""
+
+    path: Path
+    tokenizer: Tokenizer
+    denoiser: Denoiser
+    backend: str
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """config.json of a model directory, with errors that name the path and the problem."""
+    if not path.exists():
+        raise ModelLoadError(f"model directory not found: {path}")
+    if not path.is_dir():
+        raise ModelLoadError(f"model path is not a directory: {path}")
+    cfg_path = path / CONFIG_FILE
+    if not cfg_path.is_file():
+        raise ModelLoadError(f"model directory {path} has no {CONFIG_FILE}")
+    try:
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(f"cannot read {cfg_path}: {exc}") from exc
+    if not isinstance(cfg, dict):
+        raise ModelLoadError(f"{cfg_path} is not a JSON object")
+    return cfg
+
+
+def _require(path: Path, *names: str) -> None:
+    missing = [n for n in names if not (path / n).is_file()]
+    if missing:
+        raise ModelLoadError(f"model directory {path} is missing {', '.join(missing)}")
+
+
+def _check_embedded(path: Path, cfg: dict[str, Any]) -> None:
+    version = cfg.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ModelLoadError(
+            f"{path / CONFIG_FILE}: unknown format_version {version!r} (this diffusion-lsp reads {FORMAT_VERSION})"
+        )
+    for key in ("architecture", "regime", "special_ids"):
+        if key not in cfg:
+            raise ModelLoadError(f"{path / CONFIG_FILE} lacks the field {key!r}")
+    if cfg["regime"] not in ("absorbing", "uniform"):
+        raise ModelLoadError(f"{path / CONFIG_FILE}: unknown regime {cfg['regime']!r}")
+
+
+def _check_tokenizer(path: Path, cfg: dict[str, Any], tok: Tokenizer) -> None:
+    """The checkpoint and its tokenizer must agree on vocabulary size and special ids."""
+    vocab = int(cfg["architecture"]["vocab_size"])
+    if tok.vocab_size != vocab:
+        raise ModelLoadError(
+            f"{path}: tokenizer.json has {tok.vocab_size} tokens but the model expects {vocab}: "
+            "the tokenizer does not belong to this checkpoint"
+        )
+    for name, want in cfg["special_ids"].items():
+        got = getattr(tok.special, name, None)
+        if got != want:
+            raise ModelLoadError(
+                f"{path}: special token {name!r} is id {got} in tokenizer.json but {want} in config.json: "
+                "the tokenizer does not belong to this checkpoint"
+            )
+
+
+def denoiser_info(cfg: dict[str, Any]) -> DenoiserInfo:
+    ids = cfg["special_ids"]
+    return DenoiserInfo(
+        vocab_size=int(cfg["architecture"]["vocab_size"]),
+        regime=cfg["regime"],
+        eof_id=int(ids["eof"]),
+        pad_id=int(ids["pad"]),
+        mask_id=int(ids["mask"]) if ids.get("mask") is not None else None,
+        max_positions=int(cfg["architecture"]["max_positions"]),
+    )
+
+
+def load_model(path: Path | None = None, backend: str = "auto", device: str = "cpu") -> LoadedModel:
+    """Load a model directory with the chosen backend ("auto": onnx for the embedded
+    architecture, diffusion_gemma for DiffusionGemma checkpoints)."""
+    path = Path(path) if path is not None else DEFAULT_MODEL_DIR
+    if backend not in BACKENDS:
+        raise ModelLoadError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    cfg = read_config(path)
+    model_type = cfg.get("model_type")
+    if model_type == DG_MODEL_TYPE:
+        if backend not in ("auto", "diffusion_gemma"):
+            raise ModelLoadError(f"{path} is a DiffusionGemma checkpoint: use backend diffusion_gemma, not {backend}")
+        return _load_diffusion_gemma(path, cfg, device)
+    if model_type != MODEL_TYPE:
+        raise ModelLoadError(f"{path / CONFIG_FILE}: unknown model_type {model_type!r}")
+    if backend == "diffusion_gemma":
+        raise ModelLoadError(f"{path} is not a DiffusionGemma checkpoint (model_type {model_type!r})")
+    _check_embedded(path, cfg)
+    _require(path, TOKENIZER_FILE)
+    tok = Tokenizer.from_file(path / TOKENIZER_FILE)
+    _check_tokenizer(path, cfg, tok)
+    info = denoiser_info(cfg)
+    arch = cfg["architecture"]
+    if backend in ("auto", "onnx"):
+        _require(path, ENCODE_FILE, DENOISE_FILE)
+        from engine.denoisers.onnx import OnnxDenoiser
+
+        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device.startswith("cuda") else None
+        head_dim = int(arch["d_model"]) // int(arch["n_heads"])
+        shape = (int(arch["n_layers"]), int(arch["n_heads"]), head_dim)
+        den: Denoiser = OnnxDenoiser(path / ENCODE_FILE, path / DENOISE_FILE, info, shape, providers)
+        chosen = "onnx"
+    else:
+        _require(path, WEIGHTS_FILE)
+        den = _load_torch(path, arch, info, device)
+        chosen = "torch"
+    return LoadedModel(path=path, tokenizer=tok, denoiser=den, backend=chosen, defaults=dict(cfg.get("defaults", {})))
+
+
+def _load_torch(path: Path, arch: dict[str, Any], info: DenoiserInfo, device: str) -> Denoiser:
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        raise ModelLoadError("the torch backend needs torch: pip install 'diffusion-lsp[torch]'") from exc
+    from engine.denoisers.torch import TorchDenoiser
+    from engine.model import DiffusionCoder, ModelConfig
+
+    model = DiffusionCoder(ModelConfig(**arch))
+    load_weights(model, path / WEIGHTS_FILE)
+    return TorchDenoiser(model, info, device)
+
+
+def load_weights(model: Any, file: Path) -> None:
+    """safetensors -> model, as float32; a shape or name mismatch is a clear error."""
+    from safetensors.torch import load_file
+
+    try:
+        state = load_file(str(file))
+    except Exception as exc:  # safetensors raises its own error types
+        raise ModelLoadError(f"cannot read weights {file}: {exc}") from exc
+    state = {k: v.float() for k, v in state.items()}
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        raise ModelLoadError(f"weights in {file} do not fit the architecture in config.json: {exc}") from exc
+
+
+def _load_diffusion_gemma(path: Path, cfg: dict[str, Any], device: str) -> LoadedModel:
+    try:
+        from engine.denoisers.diffusion_gemma import DiffusionGemmaDenoiser
+    except ImportError as exc:
+        raise ModelLoadError(
+            "DiffusionGemma checkpoints need torch and transformers>=5.23: pip install 'diffusion-lsp[torch]'"
+        ) from exc
+    _require(path, TOKENIZER_FILE)
+    names = dict(cfg.get("diffusion_lsp", {}).get("special_tokens", DG_SPECIAL_TOKENS))
+    tok = Tokenizer.from_file(path / TOKENIZER_FILE, names)
+    den = DiffusionGemmaDenoiser.from_dir(path, device=device)
+    defaults = {"regime": "uniform", **cfg.get("diffusion_lsp", {}).get("defaults", {})}
+    return LoadedModel(path=path, tokenizer=tok, denoiser=den, backend="diffusion_gemma", defaults=defaults)
+
+
+# Gemma's tokenizer names for the infill sentinels; a checkpoint may override them in
+# config.json under "diffusion_lsp": {"special_tokens": {...}}.
+DG_SPECIAL_TOKENS: dict[str, str] = {
+    "pad": "<pad>",
+    "eof": "<eos>",
+    "mask": "",
+    "suffix": "<|fim_suffix|>",
+    "prefix": "<|fim_prefix|>",
+    "middle": "<|fim_middle|>",
+}
+
+
+def save_model_dir(
+    out: Path,
+    model: Any,
+    tokenizer: Tokenizer,
+    regime: str,
+    defaults: dict[str, Any],
+    card: str,
+) -> None:
+    """Write a complete embedded-architecture model directory (weights, ONNX, config, card)."""
+    from safetensors.torch import save_file
+
+    from engine.export import export_onnx
+
+    out.mkdir(parents=True, exist_ok=True)
+    sp = tokenizer.special
+    cfg = {
+        "format_version": FORMAT_VERSION,
+        "model_type": MODEL_TYPE,
+        "architecture": model.cfg.to_dict(),
+        "regime": regime,
+        "special_tokens": SPECIAL_TOKENS,
+        "special_ids": {k: getattr(sp, k) for k in SPECIAL_TOKENS},
+        "defaults": defaults,
+    }
+    (out / CONFIG_FILE).write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
+    tokenizer.hf.save(str(out / TOKENIZER_FILE))
+    save_file({k: v.detach().float().contiguous().cpu() for k, v in model.state_dict().items()}, str(out / WEIGHTS_FILE))
+    export_onnx(model, out)
+    (out / CARD_FILE).write_text(card, encoding="utf-8")

@@ -1,0 +1,350 @@
+"""The denoising loop: canvas in, tokens out; knows no model, only the Denoiser protocol.
+
+Written once against the array API standard (array-api-compat), so the same code samples
+numpy arrays for the onnx backend and torch tensors on any device (the DiffusionGemma
+path samples on the GPU). Random numbers come from the backend's `RandomSource`.
+
+Two canvas regimes (a model's config says which):
+
+- absorbing (MDLM / LLaDA): the canvas starts as mask tokens; each step the strategy
+  picks positions to lock; locked tokens never change. Positions after a locked
+  end-of-fill token become padding and are locked too.
+- uniform (DiffusionGemma): the canvas starts as random tokens; each step the strategy
+  accepts positions from the sampled prediction and every other position is renoised
+  with fresh random tokens; the answer is the argmax canvas. This mirrors transformers'
+  `EntropyBoundSampler` + `_denoising_step` call for call, so a seeded run reproduces
+  `DiffusionGemmaForBlockDiffusion.generate`.
+
+The loop, step by step (`run`):
+  1. stop if the cancel callback says so or the deadline has passed;
+  2. one forward pass of the canvas against the cached context -> logits (B, C, V);
+  3. divide by the step's temperature (linear schedule from t_max down to t_min);
+  4. draw the denoiser canvas (sampled, or argmax when greedy) and the argmax canvas;
+  5. the strategy picks which positions to accept (entropy bound, confidence
+     threshold, fixed k, or one token left to right);
+  6. update the canvas by the regime's rule (lock / accept-and-renoise);
+  7. stop a row when it is fully locked (absorbing) or stable and confident.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import array_api_compat
+import numpy as np
+
+from engine.denoisers.base import Denoiser, EncodedContext, RandomSource
+
+Strategy = Literal["entropy_bound", "confidence", "fixed_k", "left_to_right"]
+STRATEGIES: tuple[Strategy, ...] = ("entropy_bound", "confidence", "fixed_k", "left_to_right")
+StopReason = Literal["complete", "stable", "max_steps", "deadline", "cancelled"]
+
+# An entropy larger than any real one (log V < 13 for V = 262,144): marks positions
+# that a strategy must not pick, without the NaNs an infinity would bring into cumsum.
+_NOT_OPEN = 1.0e4
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """How to denoise one canvas. Defaults suit the shipped absorbing model."""
+
+    strategy: Strategy = "entropy_bound"
+    max_steps: int = 32
+    entropy_bound: float = 1.0  # nats: accept the k lowest-entropy tokens within it
+    confidence_threshold: float = 0.9  # probability: accept tokens at least this likely
+    k: int = 4  # tokens per step for "fixed_k"
+    t_max: float = 1.0  # temperature at the first step
+    t_min: float = 1.0  # temperature at the last step
+    greedy: bool = True  # take the argmax; False samples from the tempered softmax
+    stability_threshold: int = 1  # steps the argmax canvas must stay the same ...
+    stop_entropy: float = 0.005  # ... while the mean entropy is below this, to stop early
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {self.strategy!r}")
+        if self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1; got {self.max_steps}")
+        if self.entropy_bound <= 0:
+            raise ValueError(f"entropy_bound must be > 0; got {self.entropy_bound}")
+        if not 0.0 < self.confidence_threshold <= 1.0:
+            raise ValueError(f"confidence_threshold must be in (0, 1]; got {self.confidence_threshold}")
+        if self.k < 1:
+            raise ValueError(f"k must be >= 1; got {self.k}")
+        if self.t_min <= 0 or self.t_max < self.t_min:
+            raise ValueError(f"need 0 < t_min <= t_max; got t_min={self.t_min}, t_max={self.t_max}")
+        if self.stability_threshold < 0:
+            raise ValueError(f"stability_threshold must be >= 0; got {self.stability_threshold}")
+
+    def temperature(self, remaining: int) -> float:
+        """Linear schedule as transformers' LinearTemperatureScheduleLogitsProcessor:
+        `remaining` counts down from max_steps (first step) to 1 (last step)."""
+        return self.t_min + (self.t_max - self.t_min) * (remaining / self.max_steps)
+
+
+@dataclass
+class SampleResult:
+    """The outcome of one denoising run over a batch of canvases (numpy, on the host)."""
+
+    tokens: np.ndarray  # (B, C) int64
+    confidence: np.ndarray  # (B, C) float32: probability of each token when it was chosen
+    steps: int  # forward passes run
+    stop_reason: StopReason
+    row_steps: list[int] = field(default_factory=list)  # forward passes each row needed
+
+
+@dataclass
+class StepView:
+    """What an observer (drafts, tests) sees after each step."""
+
+    step: int
+    argmax_canvas: Any  # (B, C) backend array
+    canvas: Any  # (B, C) backend array
+
+
+# ---------------------------------------------------------------------------- pure parts
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    """Any backend array -> numpy on the host."""
+    if hasattr(x, "detach"):
+        x = x.detach().cpu()
+    return np.asarray(x)
+
+
+def log_softmax(logits: Any) -> Any:
+    """(..., V) -> (..., V) in float32, numerically stable."""
+    xp = array_api_compat.array_namespace(logits)
+    x = xp.astype(logits, xp.float32)
+    shifted = x - xp.max(x, axis=-1, keepdims=True)
+    return shifted - xp.log(xp.sum(xp.exp(shifted), axis=-1, keepdims=True))
+
+
+def entropy(logp: Any) -> Any:
+    """(..., V) log-probabilities -> (...) entropy in nats."""
+    xp = array_api_compat.array_namespace(logp)
+    return -xp.sum(xp.exp(logp) * logp, axis=-1)
+
+
+def _rank(scores: Any) -> Any:
+    """Rank of each position within its row, ascending (0 = smallest); ties by index."""
+    xp = array_api_compat.array_namespace(scores)
+    return xp.argsort(xp.argsort(scores, axis=-1, stable=True), axis=-1, stable=True)
+
+
+def select_positions(
+    strategy: Strategy,
+    cfg: SamplerConfig,
+    ent: Any,
+    conf: Any,
+    open_: Any,
+) -> Any:
+    """Which open positions to accept this step: (B, C) bool.
+
+    `ent` and `conf` are the per-position entropy and top probability (B, C); `open_`
+    marks positions the strategy may choose. Every strategy accepts at least one open
+    position per row, so the absorbing loop always progresses.
+    """
+    xp = array_api_compat.array_namespace(ent)
+    n_open = xp.sum(xp.astype(open_, xp.int64), axis=-1, keepdims=True)  # (B, 1)
+    if strategy == "left_to_right":
+        c = open_.shape[-1]
+        idx = xp.arange(c, device=array_api_compat.device(ent))
+        first = xp.min(xp.where(open_, idx, c), axis=-1, keepdims=True)  # (B, 1)
+        return idx == first
+    if strategy == "entropy_bound":
+        # Sort by entropy; accept the k smallest such that sum(H) - max(H) <= bound
+        # (an upper bound on their mutual information: arXiv 2505.24857).
+        masked = xp.where(open_, ent, _NOT_OPEN)
+        order = xp.argsort(masked, axis=-1, stable=True)
+        sorted_h = xp.take_along_axis(masked, order, axis=-1)
+        before = xp.cumulative_sum(sorted_h, axis=-1) - sorted_h  # sum of smaller ones
+        k = xp.sum(xp.astype(before <= cfg.entropy_bound, xp.int64), axis=-1, keepdims=True)
+    elif strategy == "confidence":
+        k = xp.sum(xp.astype(xp.logical_and(open_, conf >= cfg.confidence_threshold), xp.int64), axis=-1, keepdims=True)
+        masked = xp.where(open_, -conf, _NOT_OPEN)
+    else:  # fixed_k
+        k = xp.full_like(n_open, cfg.k)
+        masked = xp.where(open_, -conf, _NOT_OPEN)
+    k = xp.clip(k, 1, None)
+    k = xp.minimum(k, n_open)
+    return xp.logical_and(_rank(masked) < k, open_)
+
+
+def pad_after_eof(canvas: Any, locked: Any, eof_id: int, pad_id: int) -> tuple[Any, Any]:
+    """Absorbing regime: positions after a locked end-of-fill become locked padding."""
+    xp = array_api_compat.array_namespace(canvas)
+    is_eof = xp.logical_and(locked, canvas == eof_id)
+    seen = xp.cumulative_sum(xp.astype(is_eof, xp.int32), axis=-1)
+    after = xp.logical_and(seen > 0, xp.logical_not(is_eof)) | (seen > 1)
+    canvas = xp.where(after, xp.asarray(pad_id, dtype=canvas.dtype, device=array_api_compat.device(canvas)), canvas)
+    return canvas, xp.logical_or(locked, after)
+
+
+class StableAndConfident:
+    """Per-row stop rule: the argmax canvas equals the one of each of the last
+    `threshold` steps and the mean entropy is below `max_entropy` (as transformers'
+    StableAndConfidentStoppingCriteria)."""
+
+    def __init__(self, threshold: int, max_entropy: float) -> None:
+        self.threshold = threshold
+        self.max_entropy = max_entropy
+        self.history: list[Any] = []
+
+    def __call__(self, argmax_canvas: Any, ent: Any) -> Any:
+        xp = array_api_compat.array_namespace(argmax_canvas)
+        stable = xp.ones(argmax_canvas.shape[:1], dtype=xp.bool, device=array_api_compat.device(argmax_canvas))
+        if self.threshold > 0:
+            if len(self.history) < self.threshold:
+                stable = xp.logical_and(stable, xp.zeros_like(stable))
+            for past in self.history:
+                stable = xp.logical_and(stable, xp.all(past == argmax_canvas, axis=-1))
+            self.history = [*self.history, argmax_canvas][-self.threshold :]
+        confident = xp.mean(ent, axis=-1) < self.max_entropy
+        return xp.logical_and(stable, confident)
+
+
+# ---------------------------------------------------------------------------- the loop
+
+
+def initial_canvas(
+    denoiser: Denoiser,
+    batch: int,
+    length: int,
+    rng: RandomSource,
+) -> Any:
+    """A fresh canvas for the denoiser's regime: all mask, or uniform random tokens."""
+    info = denoiser.info
+    if info.regime == "absorbing":
+        assert info.mask_id is not None, "absorbing regime needs a mask token"
+        return denoiser.as_array(np.full((batch, length), info.mask_id, dtype=np.int64))
+    return rng.uniform_tokens((batch, length), info.vocab_size)
+
+
+def run(
+    denoiser: Denoiser,
+    state: EncodedContext,
+    canvas: Any,
+    cfg: SamplerConfig,
+    rng: RandomSource,
+    *,
+    fixed: Any | None = None,
+    draft: Any | None = None,
+    greedy_rows: Any | None = None,
+    deadline: float | None = None,
+    cancel: Callable[[], bool] | None = None,
+    on_step: Callable[[StepView], None] | None = None,
+) -> SampleResult:
+    """Denoise `canvas` (B, C) against the encoded context `state`.
+
+    fixed: (B, C) bool, positions whose tokens in `canvas` are given (typed text on a
+        warm start) and never change.
+    draft: (B, C) bool, positions holding drafter proposals: visible to the model on the
+        first step and kept there only where its argmax agrees (absorbing regime); in
+        the uniform regime they are simply the starting tokens.
+    greedy_rows: (B,) bool, rows that take the argmax even when cfg.greedy is False
+        (the first of several candidates is the most likely fill).
+    deadline: time.monotonic() value after which the loop stops with what it has.
+    cancel: checked between steps; True stops the loop.
+    """
+    info = denoiser.info
+    xp = array_api_compat.array_namespace(canvas)
+    dev = array_api_compat.device(canvas)
+    b, c = canvas.shape
+    absorbing = info.regime == "absorbing"
+    no = xp.zeros((b, c), dtype=xp.bool, device=dev)
+    fixed = no if fixed is None else fixed
+    draft = no if draft is None else xp.logical_and(draft, xp.logical_not(fixed))
+    locked = fixed  # absorbing: positions that no longer change
+    if absorbing:
+        assert info.mask_id is not None
+        mask_tok = xp.asarray(info.mask_id, dtype=canvas.dtype, device=dev)
+    confidence = xp.where(fixed, xp.ones((b, c), dtype=xp.float32, device=dev), 0.0)
+    argmax_canvas = canvas
+    finished = no[:, 0]
+    stopper = StableAndConfident(cfg.stability_threshold, cfg.stop_entropy)
+    self_cond = None
+    row_steps = xp.zeros((b,), dtype=xp.int64, device=dev)
+    reason: StopReason = "max_steps"
+    steps = 0
+    for step in range(cfg.max_steps):
+        # 1. cancel and deadline, checked between steps
+        if cancel is not None and cancel():
+            reason = "cancelled"
+            break
+        if deadline is not None and time.monotonic() >= deadline:
+            reason = "deadline"
+            break
+        # 2. forward pass of the canvas only
+        logits = denoiser.denoise(state, canvas, self_cond if info.uses_self_conditioning else None)
+        steps += 1
+        row_steps = row_steps + xp.astype(xp.logical_not(finished), xp.int64)
+        # 3. temperature
+        proc = logits / cfg.temperature(cfg.max_steps - step)
+        logp = log_softmax(proc)  # (B, C, V) float32
+        ent = entropy(logp)  # (B, C)
+        new_argmax = xp.argmax(proc, axis=-1)
+        # 4. the denoiser canvas
+        if cfg.greedy:
+            pred = new_argmax
+        else:
+            pred = rng.categorical(xp.exp(logp))
+            if greedy_rows is not None:
+                pred = xp.where(xp.expand_dims(greedy_rows, axis=-1), xp.astype(new_argmax, pred.dtype), pred)
+        pred = xp.astype(pred, canvas.dtype)
+        new_argmax = xp.astype(new_argmax, canvas.dtype)
+        top_lp = xp.max(logp, axis=-1)
+        pred_lp = xp.squeeze(xp.take_along_axis(logp, xp.expand_dims(pred, axis=-1), axis=-1), axis=-1)
+        # 5. which positions to accept
+        open_ = xp.logical_not(locked) if absorbing else xp.logical_not(fixed)
+        accept = select_positions(cfg.strategy, cfg, ent, xp.exp(top_lp), open_)
+        if step == 0:
+            accept = xp.logical_or(accept, xp.logical_and(draft, pred == canvas))
+        # 6. update the canvas
+        if absorbing:
+            new_canvas = xp.where(accept, pred, xp.where(locked, canvas, mask_tok))
+            confidence = xp.where(accept, xp.exp(pred_lp), confidence)
+            new_locked = xp.logical_or(locked, accept)
+            new_canvas, new_locked = pad_after_eof(new_canvas, new_locked, info.eof_id, info.pad_id)
+            confidence = xp.where(xp.logical_and(new_locked, xp.logical_not(locked | accept)), 1.0, confidence)
+        else:
+            accepted = xp.where(accept, pred, canvas)
+            noise = rng.uniform_tokens((b, c), info.vocab_size)
+            new_canvas = xp.where(xp.logical_not(xp.logical_or(accept, fixed)), xp.astype(noise, canvas.dtype), accepted)
+            new_argmax = xp.where(fixed, canvas, new_argmax)
+            confidence = xp.exp(xp.squeeze(xp.take_along_axis(logp, xp.expand_dims(new_argmax, axis=-1), axis=-1), axis=-1))
+            new_locked = locked
+        # rows that already finished keep their values (as transformers does)
+        keep = xp.expand_dims(finished, axis=-1)
+        new_argmax = xp.where(keep, argmax_canvas, new_argmax)
+        new_canvas = xp.where(keep, canvas, new_canvas)
+        if self_cond is not None:
+            proc = xp.where(xp.expand_dims(keep, axis=-1), self_cond, proc)
+        # 7. stopping
+        stop = stopper(new_argmax, ent)
+        if absorbing:
+            stop = xp.logical_or(stop, xp.all(new_locked, axis=-1))
+        finished = xp.logical_or(finished, stop)
+        canvas, argmax_canvas, locked, self_cond = new_canvas, new_argmax, new_locked, proc
+        if on_step is not None:
+            on_step(StepView(step=step, argmax_canvas=argmax_canvas, canvas=canvas))
+        if bool(xp.all(finished)):
+            all_locked = absorbing and bool(xp.all(locked))
+            reason = "complete" if all_locked else "stable"
+            break
+    if absorbing:
+        # anything still masked (early stop) takes the latest argmax
+        tokens = xp.where(locked, canvas, argmax_canvas)
+        tokens, _ = pad_after_eof(tokens, xp.ones_like(locked), info.eof_id, info.pad_id)
+    else:
+        tokens = argmax_canvas
+    return SampleResult(
+        tokens=to_numpy(tokens).astype(np.int64),
+        confidence=to_numpy(confidence).astype(np.float32),
+        steps=steps,
+        stop_reason=reason,
+        row_steps=[int(v) for v in to_numpy(row_steps)],
+    )

@@ -1,0 +1,257 @@
+"""The sampler against a fake denoiser with known logits, on numpy and on torch."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine.denoisers.base import DenoiserInfo, EncodedContext
+from engine.denoisers.onnx import NumpyRandomSource
+from engine.sampler import SamplerConfig, StepView, initial_canvas, run, select_positions
+
+V = 16
+PAD, EOF, MASK = 0, 1, 15
+
+
+class FakeDenoiser:
+    """Logits peaked on target[i] with a per-position sharpness (higher = more certain).
+
+    It counts its calls and records the canvases it saw.
+    """
+
+    def __init__(self, target: list[int], sharp: list[float], lib: str = "numpy", regime: str = "absorbing") -> None:
+        self.lib = lib
+        self.info = DenoiserInfo(
+            vocab_size=V, regime=regime, eof_id=EOF, pad_id=PAD, mask_id=MASK if regime == "absorbing" else None,
+            max_positions=512, uses_self_conditioning=regime == "uniform",
+        )
+        logits = np.full((len(target), V), 0.0, dtype=np.float32)
+        for i, (t, s) in enumerate(zip(target, sharp, strict=True)):
+            logits[i, t] = s
+        self.logits = logits
+        self.calls = 0
+        self.seen: list[np.ndarray] = []
+        self.self_conds: list[Any] = []
+
+    def encode(self, ids: Any, state: Any = None) -> EncodedContext:
+        return EncodedContext(token_ids=tuple(ids), payload=None)
+
+    def denoise(self, state: EncodedContext, canvas: Any, self_cond: Any = None) -> Any:
+        self.calls += 1
+        self.seen.append(np.asarray(canvas).copy() if self.lib == "numpy" else canvas.numpy().copy())
+        self.self_conds.append(self_cond)
+        out = np.broadcast_to(self.logits, (canvas.shape[0], *self.logits.shape)).copy()
+        return self.as_float(out)
+
+    def as_float(self, x: np.ndarray) -> Any:
+        if self.lib == "torch":
+            import torch
+
+            return torch.from_numpy(x)
+        return x
+
+    def as_array(self, values: Any) -> Any:
+        if self.lib == "torch":
+            import torch
+
+            return torch.as_tensor(np.asarray(values), dtype=torch.long)
+        return np.asarray(values, dtype=np.int64)
+
+    def random_source(self, seed: int | None) -> Any:
+        if self.lib == "torch":
+            from engine.denoisers.torch import TorchRandomSource
+
+            return TorchRandomSource(seed)
+        return NumpyRandomSource(seed)
+
+
+def _libs() -> list[str]:
+    try:
+        import torch  # noqa: F401
+
+        return ["numpy", "torch"]
+    except ImportError:
+        return ["numpy"]
+
+
+@pytest.fixture(params=_libs())
+def lib(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def sample(den: FakeDenoiser, cfg: SamplerConfig, b: int = 1, **kw: Any) -> tuple[Any, list[np.ndarray]]:
+    rng = den.random_source(cfg.seed)
+    canvas = initial_canvas(den, b, den.logits.shape[0], rng)
+    views: list[np.ndarray] = []
+
+    def on_step(v: StepView) -> None:
+        views.append(np.asarray(v.canvas).copy() if den.lib == "numpy" else v.canvas.numpy().copy())
+
+    res = run(den, den.encode([2, 3]), canvas, cfg, rng, on_step=on_step, **kw)
+    return res, views
+
+
+TARGET = [5, 6, 7, 8, 9, 10, EOF, PAD]
+
+
+def test_entropy_bound_locks_lowest_entropy_first(lib: str) -> None:
+    sharp = [20.0, 2.0, 20.0, 1.0, 20.0, 0.5, 20.0, 20.0]  # positions 0, 2, 4, 6, 7 near-certain
+    den = FakeDenoiser(TARGET, sharp, lib)
+    res, views = sample(den, SamplerConfig(strategy="entropy_bound", entropy_bound=0.01))
+    first = views[0]
+    locked = set(np.flatnonzero(first[0] != MASK).tolist())
+    # the certain ones (eof at 6 and the padding after it among them) plus the most
+    # certain of the rest: sum(H) - max(H) <= bound excludes the largest one from the sum
+    assert locked == {0, 2, 4, 6, 7, 1}
+    assert res.tokens[0].tolist() == TARGET
+    assert res.stop_reason == "complete"
+    # the uncertain ones lock one per step afterwards, most certain first
+    order = [int(np.flatnonzero((v[0] != MASK) & (p[0] == MASK))[0]) for p, v in zip(views, views[1:], strict=False)]
+    assert order == [3, 5]
+
+
+def test_entropy_bound_accepts_more_with_a_larger_bound(lib: str) -> None:
+    sharp = [3.0] * 6 + [20.0, 20.0]
+    small, _ = sample(FakeDenoiser(TARGET, sharp, lib), SamplerConfig(entropy_bound=0.01))
+    large, _ = sample(FakeDenoiser(TARGET, sharp, lib), SamplerConfig(entropy_bound=50.0))
+    assert large.steps == 1
+    assert small.steps > large.steps
+    assert small.tokens.tolist() == large.tokens.tolist() == [TARGET]
+
+
+def test_confidence_threshold_locks_only_confident_positions(lib: str) -> None:
+    sharp = [20.0, 1.0, 20.0, 1.0, 20.0, 1.0, 20.0, 20.0]
+    den = FakeDenoiser(TARGET, sharp, lib)
+    _, views = sample(den, SamplerConfig(strategy="confidence", confidence_threshold=0.9))
+    assert set(np.flatnonzero(views[0][0] != MASK).tolist()) == {0, 2, 4, 6, 7}
+    # nothing above the threshold: still one position per step, so it progresses
+    assert int((views[1][0] != MASK).sum()) == 6
+
+
+def test_fixed_k_and_left_to_right_step_counts(lib: str) -> None:
+    sharp = [2.0] * 8
+    target = [5, 6, 7, 8, 9, 10, 11, 12]  # no end-of-fill: every position is filled
+    k3, _ = sample(FakeDenoiser(target, sharp, lib), SamplerConfig(strategy="fixed_k", k=3, stop_entropy=1e-9))
+    assert k3.steps == math.ceil(8 / 3)
+    l2r, views = sample(FakeDenoiser(target, sharp, lib), SamplerConfig(strategy="left_to_right", stop_entropy=1e-9))
+    assert l2r.steps == 8
+    assert [int((v[0] != MASK).sum()) for v in views] == list(range(1, 9))
+    assert all(v[0, i] == target[i] for i, v in enumerate(views))
+
+
+def test_end_of_fill_pads_the_rest_and_stops(lib: str) -> None:
+    target = [5, EOF, 9, 9, 9, 9, 9, 9]  # after eof the model would say 9: the sampler pads
+    sharp = [20.0, 20.0] + [0.1] * 6
+    res, _ = sample(FakeDenoiser(target, sharp, lib), SamplerConfig(strategy="confidence"))
+    assert res.steps == 1
+    assert res.tokens[0].tolist() == [5, EOF] + [PAD] * 6
+
+
+def test_cancel_is_checked_between_steps(lib: str) -> None:
+    den = FakeDenoiser(TARGET, [2.0] * 8, lib)
+    calls = {"n": 0}
+
+    def cancel() -> bool:
+        calls["n"] += 1
+        return calls["n"] > 2
+
+    res, _ = sample(den, SamplerConfig(strategy="left_to_right"), cancel=cancel)
+    assert res.stop_reason == "cancelled"
+    assert den.calls == 2 == res.steps
+
+
+def test_deadline_stops_the_loop(lib: str) -> None:
+    den = FakeDenoiser(TARGET, [2.0] * 8, lib)
+    res, _ = sample(den, SamplerConfig(strategy="left_to_right"), deadline=time.monotonic() - 1)
+    assert res.stop_reason == "deadline"
+    assert den.calls == 0
+    # no step ran: the canvas is still all mask, which infill decodes as an empty fill
+    assert res.tokens.tolist() == [[MASK] * 8]
+
+
+def test_uniform_regime_stops_when_stable_and_confident(lib: str) -> None:
+    den = FakeDenoiser(TARGET, [30.0] * 8, lib, regime="uniform")
+    res, _ = sample(den, SamplerConfig(max_steps=10, stability_threshold=1, stop_entropy=0.01, seed=3, greedy=False, t_max=1.0, t_min=0.5))
+    assert res.tokens[0].tolist() == TARGET
+    assert res.stop_reason == "stable"
+    assert res.steps == 2  # step 1 sets the history, step 2 confirms it
+    assert den.self_conds[0] is None and den.self_conds[1] is not None  # self-conditioning passed on
+
+
+def test_seeded_sampling_is_deterministic(lib: str) -> None:
+    sharp = [0.5] * 8  # flat: sampling matters
+    cfg = SamplerConfig(strategy="fixed_k", k=2, greedy=False, seed=7, stop_entropy=1e-9)
+    a, _ = sample(FakeDenoiser(TARGET, sharp, lib, regime="uniform"), cfg, b=3)
+    b, _ = sample(FakeDenoiser(TARGET, sharp, lib, regime="uniform"), cfg, b=3)
+    c, _ = sample(FakeDenoiser(TARGET, sharp, lib, regime="uniform"), SamplerConfig(**{**cfg.__dict__, "seed": 8}), b=3)
+    assert a.tokens.tolist() == b.tokens.tolist()
+    assert a.confidence.tolist() == b.confidence.tolist()
+    # the answer is the argmax canvas, the same for any seed; the path (confidences) is not
+    assert a.tokens.tolist() == c.tokens.tolist()
+    den_a = FakeDenoiser(TARGET, sharp, lib, regime="uniform")
+    den_c = FakeDenoiser(TARGET, sharp, lib, regime="uniform")
+    sample(den_a, cfg, b=3)
+    sample(den_c, SamplerConfig(**{**cfg.__dict__, "seed": 8}), b=3)
+    assert not all((x == y).all() for x, y in zip(den_a.seen, den_c.seen, strict=False))
+
+
+def test_drafts_are_kept_only_where_the_model_agrees(lib: str) -> None:
+    den = FakeDenoiser(TARGET, [1.0] * 6 + [20.0, 20.0], lib)
+    rng = den.random_source(0)
+    canvas = np.full((1, 8), MASK)
+    canvas[0, :4] = [5, 6, 99 % V, 3]  # agrees at 0, 1; disagrees at 2, 3
+    draft = np.zeros((1, 8), dtype=bool)
+    draft[0, :4] = True
+    views: list[Any] = []
+    res = run(
+        den, den.encode([1]), den.as_array(canvas), SamplerConfig(entropy_bound=0.01), rng,
+        draft=den.as_array(draft.astype(np.int64)) == 1, on_step=lambda v: views.append(np.asarray(v.canvas)),
+    )
+    first = views[0][0]
+    assert first[0] == 5 and first[1] == 6  # verified drafts locked at once
+    assert first[3] == MASK  # rejected draft went back to mask
+    assert res.tokens[0].tolist() == TARGET
+    no_draft, _ = sample(FakeDenoiser(TARGET, [1.0] * 6 + [20.0, 20.0], lib), SamplerConfig(entropy_bound=0.01))
+    assert res.steps < no_draft.steps
+
+
+def test_numpy_and_torch_give_the_same_tokens() -> None:
+    pytest.importorskip("torch")
+    sharp = [3.0, 1.0, 2.0, 0.5, 4.0, 1.5, 20.0, 20.0]
+    cfg = SamplerConfig(entropy_bound=0.5)
+    a, _ = sample(FakeDenoiser(TARGET, sharp, "numpy"), cfg)
+    b, _ = sample(FakeDenoiser(TARGET, sharp, "torch"), cfg)
+    assert a.tokens.tolist() == b.tokens.tolist()
+    assert a.steps == b.steps
+    np.testing.assert_allclose(a.confidence, b.confidence, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"strategy": "nope"}, {"max_steps": 0}, {"entropy_bound": 0}, {"confidence_threshold": 1.5}, {"k": 0},
+     {"t_min": 0.0}, {"t_min": 2.0, "t_max": 1.0}, {"stability_threshold": -1}],
+)
+def test_invalid_config_is_rejected(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        SamplerConfig(**kwargs)
+
+
+def test_temperature_schedule_runs_from_t_max_to_t_min() -> None:
+    cfg = SamplerConfig(max_steps=4, t_max=0.8, t_min=0.4)
+    assert cfg.temperature(4) == pytest.approx(0.8)
+    assert cfg.temperature(1) == pytest.approx(0.5)
+
+
+def test_select_positions_never_picks_closed_positions() -> None:
+    ent = np.asarray([[0.0, 0.0, 5.0, 5.0]], dtype=np.float32)
+    conf = np.asarray([[1.0, 1.0, 0.2, 0.2]], dtype=np.float32)
+    open_ = np.asarray([[False, True, True, True]])
+    for strategy in ("entropy_bound", "confidence", "fixed_k", "left_to_right"):
+        cfg = SamplerConfig(strategy=strategy, k=2)  # type: ignore[arg-type]
+        sel = select_positions(cfg.strategy, cfg, ent, conf, open_)
+        assert not sel[0, 0]
+        assert sel[0, 1]
