@@ -42,7 +42,7 @@ def bench_sources() -> list[str]:
 def positions(texts: list[str], n: int, seed: int = 0) -> list[tuple[str, str]]:
     """n (prefix, suffix) pairs at line ends deep enough for a full context."""
     rng = random.Random(seed)
-    out = []
+    out: list[tuple[str, str]] = []
     while len(out) < n:
         t = rng.choice(texts)
         lo = min(len(t) - 1, 12_000)
@@ -81,7 +81,9 @@ def run_benchmark(model: LoadedModel, repeats: int = 20) -> dict[str, Any]:
     l2r = replace(base, strategy="left_to_right", max_steps=CANVAS_TOKENS)
 
     def request(prefix: str, suffix: str, **kw: Any) -> InfillRequest:
-        return InfillRequest(prefix=prefix, suffix=suffix, canvas_tokens=CANVAS_TOKENS, context_tokens=CONTEXT_TOKENS, **kw)
+        return InfillRequest(
+            prefix=prefix, suffix=suffix, canvas_tokens=CANVAS_TOKENS, context_tokens=CONTEXT_TOKENS, **kw
+        )
 
     # warm-up: load the graphs and allocate buffers
     engine.fill(request(*cases[0]))
@@ -115,8 +117,8 @@ def run_benchmark(model: LoadedModel, repeats: int = 20) -> dict[str, Any]:
                 rows["warm"][1].append(w.steps)
                 rows["warm"][2].append(_fill_tokens(engine, w.text))
                 # restore the cold request's state for the next scenario
-    for name, (ms, steps, toks) in rows.items():
-        report[name] = _summary(ms, steps, toks)
+    for name, (times, steps, toks) in rows.items():
+        report[name] = _summary(times, steps, toks)
     report["cold"]["drafted_positions"] = round(statistics.mean(drafted), 2)
     cold_steps = report["cold"]["steps_per_fill"]
     report["ratios"] = {

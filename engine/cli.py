@@ -90,7 +90,11 @@ def result_json(result: Any, **extra: Any) -> dict[str, Any]:
         **extra,
         "middle": result.text,
         "candidates": [
-            {"text": c.text, "mean_confidence": round(c.mean_confidence, 4), "token_confidence": [round(x, 4) for x in c.confidence]}
+            {
+                "text": c.text,
+                "mean_confidence": round(c.mean_confidence, 4),
+                "token_confidence": [round(x, 4) for x in c.confidence],
+            }
             for c in result.candidates
         ],
         "steps": result.steps,
@@ -204,9 +208,22 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def setup_logging(verbose: bool) -> None:
+    """Warnings (and with -v, debug messages) on stderr: stdout carries only results."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("diffusion-infill: %(levelname)s: %(message)s"))
+    for name in ("engine", "diffusion_infill"):
+        logger = logging.getLogger(name)
+        logger.handlers = [handler]
+        logger.setLevel(logging.DEBUG if verbose else logging.WARNING)
+        logger.propagate = False
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--model", type=Path, default=DEFAULT_MODEL_DIR, help="model directory (default: the shipped model)")
+    common.add_argument(
+        "--model", type=Path, default=DEFAULT_MODEL_DIR, help="model directory (default: the shipped model)"
+    )
     common.add_argument("--backend", choices=BACKENDS, default="auto")
     common.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     common.add_argument("-v", "--verbose", action="store_true")
@@ -262,11 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="diffusion-infill: %(levelname)s: %(message)s",
-        stream=sys.stderr,
-    )
+    setup_logging(args.verbose)
     try:
         return int(args.func(args))
     except EngineError as exc:

@@ -16,9 +16,7 @@ MAX_NGRAM = 8  # longest suffix n-gram tried
 MIN_NGRAM = 2  # shorter matches are mostly noise
 
 
-def propose(
-    context: Sequence[int], tail: Sequence[int], max_tokens: int, stop_ids: Sequence[int] = ()
-) -> list[int]:
+def propose(context: Sequence[int], tail: Sequence[int], max_tokens: int, stop_ids: Sequence[int] = ()) -> list[int]:
     """Tokens that followed the latest earlier occurrence of the longest n-gram ending `tail`.
 
     context: where to look (suffix and prefix tokens); tail: the tokens just before the

@@ -20,7 +20,9 @@ class _Encode(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids: torch.Tensor, past_keys: torch.Tensor, past_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, input_ids: torch.Tensor, past_keys: torch.Tensor, past_values: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return self.model.encode(input_ids, past_keys, past_values)
 
 

@@ -148,7 +148,9 @@ class InfillEngine:
         return SamplerConfig(strategy=d.get("strategy", "entropy_bound"), max_steps=int(d.get("max_steps", 32)))
 
     # -- 1-2: context
-    def build_context(self, req: InfillRequest, warnings: list[str], canvas: int) -> tuple[list[int], list[int], list[int]]:
+    def build_context(
+        self, req: InfillRequest, warnings: list[str], canvas: int
+    ) -> tuple[list[int], list[int], list[int]]:
         """(context ids, prefix ids, suffix ids) within the budget."""
         budget = req.context_tokens or int(self.defaults.get("context_tokens", DEFAULT_CONTEXT_TOKENS))
         room = self.den.info.max_positions - canvas
@@ -165,7 +167,11 @@ class InfillEngine:
         return [sp.suffix, *suffix_ids, sp.prefix, *prefix_ids, sp.middle], prefix_ids, suffix_ids
 
     def canvas_length(self, req: InfillRequest, warnings: list[str]) -> int:
-        n = req.canvas_tokens if req.canvas_tokens is not None else int(self.defaults.get("canvas_tokens", DEFAULT_CANVAS_TOKENS))
+        n = (
+            req.canvas_tokens
+            if req.canvas_tokens is not None
+            else int(self.defaults.get("canvas_tokens", DEFAULT_CANVAS_TOKENS))
+        )
         limit = min(MAX_CANVAS_TOKENS, self.den.info.max_positions - MIN_CONTEXT_TOKENS)
         if not 1 <= n <= limit:
             clamped = min(max(n, 1), limit)
@@ -174,7 +180,9 @@ class InfillEngine:
         return n
 
     # -- 4: warm start or drafts
-    def _proposals(self, req: InfillRequest, prefix_ids: list[int], suffix_ids: list[int], c: int) -> tuple[list[int], bool]:
+    def _proposals(
+        self, req: InfillRequest, prefix_ids: list[int], suffix_ids: list[int], c: int
+    ) -> tuple[list[int], bool]:
         prev = self._previous
         if req.warm_start and prev is not None and req.suffix == prev.suffix and req.prefix.startswith(prev.prefix):
             typed = req.prefix[len(prev.prefix) :]
@@ -249,7 +257,9 @@ class InfillEngine:
             if text in seen:
                 continue
             seen.add(text)
-            cands.append(Candidate(text=text, token_ids=[int(t) for t in row[:n]], confidence=[float(x) for x in conf[:n]]))
+            cands.append(
+                Candidate(text=text, token_ids=[int(t) for t in row[:n]], confidence=[float(x) for x in conf[:n]])
+            )
         first, rest = cands[:1], sorted(cands[1:], key=lambda k: -k.mean_confidence)
         self._previous = _Previous(prefix=req.prefix, suffix=req.suffix, text=first[0].text if first else "")
         for w in warnings:
@@ -282,5 +292,5 @@ class InfillEngine:
 
 def _to_host(x: object) -> object:
     if hasattr(x, "detach"):
-        return x.detach().cpu()  # type: ignore[attr-defined]
+        return x.detach().cpu()
     return x

@@ -117,6 +117,7 @@ def denoiser_info(cfg: dict[str, Any]) -> DenoiserInfo:
         pad_id=int(ids["pad"]),
         mask_id=int(ids["mask"]) if ids.get("mask") is not None else None,
         max_positions=int(cfg["architecture"]["max_positions"]),
+        suppress_ids=tuple(int(ids[k]) for k in ("mask", "suffix", "prefix", "middle") if ids.get(k) is not None),
     )
 
 
@@ -239,6 +240,8 @@ def save_model_dir(
     }
     (out / CONFIG_FILE).write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
     tokenizer.hf.save(str(out / TOKENIZER_FILE))
-    save_file({k: v.detach().float().contiguous().cpu() for k, v in model.state_dict().items()}, str(out / WEIGHTS_FILE))
+    save_file(
+        {k: v.detach().float().contiguous().cpu() for k, v in model.state_dict().items()}, str(out / WEIGHTS_FILE)
+    )
     export_onnx(model, out)
     (out / CARD_FILE).write_text(card, encoding="utf-8")

@@ -268,6 +268,12 @@ def run(
     stopper = StableAndConfident(cfg.stability_threshold, cfg.stop_entropy)
     self_cond = None
     row_steps = xp.zeros((b,), dtype=xp.int64, device=dev)
+    suppress = None
+    if info.suppress_ids:
+        vocab = xp.arange(info.vocab_size, device=dev)
+        suppress = xp.zeros((info.vocab_size,), dtype=xp.bool, device=dev)
+        for tok in info.suppress_ids:
+            suppress = xp.logical_or(suppress, vocab == tok)
     reason: StopReason = "max_steps"
     steps = 0
     for step in range(cfg.max_steps):
@@ -284,6 +290,8 @@ def run(
         row_steps = row_steps + xp.astype(xp.logical_not(finished), xp.int64)
         # 3. temperature
         proc = logits / cfg.temperature(cfg.max_steps - step)
+        if suppress is not None:
+            proc = xp.where(suppress, xp.asarray(-1.0e30, dtype=proc.dtype, device=dev), proc)
         logp = log_softmax(proc)  # (B, C, V) float32
         ent = entropy(logp)  # (B, C)
         new_argmax = xp.argmax(proc, axis=-1)
@@ -313,9 +321,13 @@ def run(
         else:
             accepted = xp.where(accept, pred, canvas)
             noise = rng.uniform_tokens((b, c), info.vocab_size)
-            new_canvas = xp.where(xp.logical_not(xp.logical_or(accept, fixed)), xp.astype(noise, canvas.dtype), accepted)
+            new_canvas = xp.where(
+                xp.logical_not(xp.logical_or(accept, fixed)), xp.astype(noise, canvas.dtype), accepted
+            )
             new_argmax = xp.where(fixed, canvas, new_argmax)
-            confidence = xp.exp(xp.squeeze(xp.take_along_axis(logp, xp.expand_dims(new_argmax, axis=-1), axis=-1), axis=-1))
+            confidence = xp.exp(
+                xp.squeeze(xp.take_along_axis(logp, xp.expand_dims(new_argmax, axis=-1), axis=-1), axis=-1)
+            )
             new_locked = locked
         # rows that already finished keep their values (as transformers does)
         keep = xp.expand_dims(finished, axis=-1)

@@ -49,6 +49,7 @@ class TrainConfig:
     eval_every: int = 200
     seed: int = 0
     time_limit_s: float = 0.0  # 0: no limit; else stop (and save) after this long
+    threads: int = 0  # torch intra-op threads; 0: torch's default
 
 
 def read_corpus(dirs: Sequence[str], holdout: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -105,7 +106,8 @@ def batches(
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     weights = [len(t) for t in texts]
     while True:
-        ctxs, tgts = [], []
+        ctxs: list[list[int]] = []
+        tgts: list[list[int]] = []
         while len(ctxs) < cfg.batch_size:
             text = rng.choices(texts, weights=weights)[0]
             ex = make_example(tok, text, rng, cfg.context_tokens, cfg.canvas_tokens)
@@ -158,6 +160,8 @@ def train(
 ) -> tuple[DiffusionCoder, dict[str, float]]:
     """Train and return the model plus a summary (final losses, tokens seen, seconds)."""
     torch.manual_seed(cfg.seed)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     rng = random.Random(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     mcfg = ModelConfig(vocab_size=tok.vocab_size, **cfg.model)  # type: ignore[arg-type]
@@ -165,7 +169,7 @@ def train(
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     mask_id = tok.special.mask
     assert mask_id is not None
-    eval_batches = []
+    eval_batches: list[tuple[torch.Tensor, ...]] = []
     if held_texts:
         erng = random.Random(1234)
         it = batches(tok, held_texts, cfg, erng)
@@ -176,7 +180,11 @@ def train(
     loss_v = math.nan
     step = 0
     for step in range(1, cfg.steps + 1):
-        lr = cfg.lr * min(1.0, step / cfg.warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, step / cfg.steps)))
+        # cosine decay over the steps or the time limit, whichever runs out first
+        progress_frac = step / cfg.steps
+        if cfg.time_limit_s:
+            progress_frac = max(progress_frac, (time.monotonic() - start) / cfg.time_limit_s)
+        lr = cfg.lr * min(1.0, step / cfg.warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress_frac)))
         for group in opt.param_groups:
             group["lr"] = max(lr, cfg.lr * 0.05)
         model.train()
@@ -190,7 +198,7 @@ def train(
             held_loss = evaluate(model, eval_batches, mask_id, cfg)
         if progress is not None:
             progress(step, loss_v, held_loss)
-        if cfg.time_limit_s and time.monotonic() - start > cfg.time_limit_s:
+        if cfg.time_limit_s and time.monotonic() - start >= cfg.time_limit_s:
             log.info("time limit reached at step %d", step)
             break
     if eval_batches:
@@ -206,7 +214,9 @@ def train(
 
 
 @torch.no_grad()
-def evaluate(model: DiffusionCoder, eval_batches: list[tuple[torch.Tensor, ...]], mask_id: int, cfg: TrainConfig) -> float:
+def evaluate(
+    model: DiffusionCoder, eval_batches: Sequence[tuple[torch.Tensor, ...]], mask_id: int, cfg: TrainConfig
+) -> float:
     model.eval()
     gen = torch.Generator().manual_seed(99)
     losses = [float(loss_fn(model, b, mask_id, cfg, gen)) for b in eval_batches]

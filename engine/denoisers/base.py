@@ -27,6 +27,7 @@ class DenoiserInfo:
     mask_id: int | None  # absorbing regime only
     max_positions: int  # context + canvas must fit
     uses_self_conditioning: bool = False  # denoise() wants the previous step's logits
+    suppress_ids: tuple[int, ...] = ()  # never sampled (mask, context sentinels)
 
 
 @dataclass
@@ -48,18 +49,14 @@ class Denoiser(Protocol):
 
     info: DenoiserInfo
 
-    def encode(
-        self, context_ids: Sequence[int], state: EncodedContext | None = None
-    ) -> EncodedContext:
+    def encode(self, context_ids: Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
         """Encode `context_ids`, reusing the longest common token prefix of `state`.
 
         Never mutates `state`: a cached state may be shared by several requests.
         """
         ...
 
-    def denoise(
-        self, state: EncodedContext, canvas_ids: Any, self_cond: Any | None = None
-    ) -> Any:
+    def denoise(self, state: EncodedContext, canvas_ids: Any, self_cond: Any | None = None) -> Any:
         """One forward pass of the canvas: (B, C) int ids -> (B, C, V) float logits.
 
         Positions of the canvas follow the context (len(state.token_ids) onwards).

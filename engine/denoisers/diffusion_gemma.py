@@ -289,9 +289,7 @@ class DiffusionGemmaDenoiser:
         batch, length = canvas.shape
         cur_len = len(state.token_ids)
         if cur_len + length > self.info.max_positions:
-            raise ValueError(
-                f"context ({cur_len}) + canvas ({length}) exceeds max_positions={self.info.max_positions}"
-            )
+            raise ValueError(f"context ({cur_len}) + canvas ({length}) exceeds max_positions={self.info.max_positions}")
         sc = None
         if self_cond is not None:
             sc = torch.as_tensor(self_cond, device=device).to(self.model.model.decoder.embed_tokens.weight.dtype)
@@ -300,9 +298,9 @@ class DiffusionGemmaDenoiser:
         with torch.no_grad():
             batch_cache = _expand_cache(cache, batch)
             decoder_attention_mask = torch.ones((batch, cur_len + length), dtype=torch.bool, device=device)
-            decoder_position_ids = torch.arange(
-                cur_len, cur_len + length, dtype=torch.int32, device=device
-            ).unsqueeze(0)
+            decoder_position_ids = torch.arange(cur_len, cur_len + length, dtype=torch.int32, device=device).unsqueeze(
+                0
+            )
             mask_mapping = self.model.model.decoder.create_diffusion_decoder_attention_mask(
                 config=self.model.config,
                 inputs_embeds=canvas.unsqueeze(-1),

@@ -42,7 +42,9 @@ class TorchDenoiser(KVDenoiser):
         return self.model.empty_cache(self.device)
 
     @torch.inference_mode()
-    def _encode(self, new_ids: Sequence[int], keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _encode(
+        self, new_ids: Sequence[int], keys: torch.Tensor, values: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         ids = torch.tensor([list(new_ids)], dtype=torch.long, device=self.device)
         return self.model.encode(ids, keys, values)
 

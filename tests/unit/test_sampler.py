@@ -26,8 +26,13 @@ class FakeDenoiser:
     def __init__(self, target: list[int], sharp: list[float], lib: str = "numpy", regime: str = "absorbing") -> None:
         self.lib = lib
         self.info = DenoiserInfo(
-            vocab_size=V, regime=regime, eof_id=EOF, pad_id=PAD, mask_id=MASK if regime == "absorbing" else None,
-            max_positions=512, uses_self_conditioning=regime == "uniform",
+            vocab_size=V,
+            regime=regime,
+            eof_id=EOF,
+            pad_id=PAD,
+            mask_id=MASK if regime == "absorbing" else None,
+            max_positions=512,
+            uses_self_conditioning=regime == "uniform",
         )
         logits = np.full((len(target), V), 0.0, dtype=np.float32)
         for i, (t, s) in enumerate(zip(target, sharp, strict=True)):
@@ -175,7 +180,12 @@ def test_deadline_stops_the_loop(lib: str) -> None:
 
 def test_uniform_regime_stops_when_stable_and_confident(lib: str) -> None:
     den = FakeDenoiser(TARGET, [30.0] * 8, lib, regime="uniform")
-    res, _ = sample(den, SamplerConfig(max_steps=10, stability_threshold=1, stop_entropy=0.01, seed=3, greedy=False, t_max=1.0, t_min=0.5))
+    res, _ = sample(
+        den,
+        SamplerConfig(
+            max_steps=10, stability_threshold=1, stop_entropy=0.01, seed=3, greedy=False, t_max=1.0, t_min=0.5
+        ),
+    )
     assert res.tokens[0].tolist() == TARGET
     assert res.stop_reason == "stable"
     assert res.steps == 2  # step 1 sets the history, step 2 confirms it
@@ -208,8 +218,13 @@ def test_drafts_are_kept_only_where_the_model_agrees(lib: str) -> None:
     draft[0, :4] = True
     views: list[Any] = []
     res = run(
-        den, den.encode([1]), den.as_array(canvas), SamplerConfig(entropy_bound=0.01), rng,
-        draft=den.as_array(draft.astype(np.int64)) == 1, on_step=lambda v: views.append(np.asarray(v.canvas)),
+        den,
+        den.encode([1]),
+        den.as_array(canvas),
+        SamplerConfig(entropy_bound=0.01),
+        rng,
+        draft=den.as_array(draft.astype(np.int64)) == 1,
+        on_step=lambda v: views.append(np.asarray(v.canvas)),
     )
     first = views[0][0]
     assert first[0] == 5 and first[1] == 6  # verified drafts locked at once
@@ -232,8 +247,16 @@ def test_numpy_and_torch_give_the_same_tokens() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"strategy": "nope"}, {"max_steps": 0}, {"entropy_bound": 0}, {"confidence_threshold": 1.5}, {"k": 0},
-     {"t_min": 0.0}, {"t_min": 2.0, "t_max": 1.0}, {"stability_threshold": -1}],
+    [
+        {"strategy": "nope"},
+        {"max_steps": 0},
+        {"entropy_bound": 0},
+        {"confidence_threshold": 1.5},
+        {"k": 0},
+        {"t_min": 0.0},
+        {"t_min": 2.0, "t_max": 1.0},
+        {"stability_threshold": -1},
+    ],
 )
 def test_invalid_config_is_rejected(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError):

@@ -1,0 +1,36 @@
+"""Shared fixtures: a tiny random model directory (real tokenizer, real ONNX graphs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE_CODE = ROOT / "fixtures" / "code"
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A freshly built model directory of the embedded architecture with random weights."""
+    torch = pytest.importorskip("torch")
+    from engine.model import DiffusionCoder, ModelConfig
+    from engine.modeldir import save_model_dir
+    from engine.tokenizer import train_tokenizer
+
+    texts = [p.read_text(encoding="utf-8") for p in sorted(FIXTURE_CODE.glob("*.py"))] * 4
+    tok = train_tokenizer(texts, vocab_size=400)
+    torch.manual_seed(0)
+    model = DiffusionCoder(
+        ModelConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=2, d_ff=64, max_positions=1024)
+    )
+    out = tmp_path_factory.mktemp("tiny-model")
+    save_model_dir(
+        out,
+        model,
+        tok,
+        "absorbing",
+        {"canvas_tokens": 16, "context_tokens": 256, "max_steps": 16},
+        "# tiny test model\n",
+    )
+    return out

@@ -1,0 +1,67 @@
+"""The onnx and torch backends of the embedded model: same logits, same fills, same cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from engine.infill import InfillEngine, InfillRequest
+from engine.modeldir import load_model
+
+PREFIX = "def total(self) -> float:\n    return self.price"
+SUFFIX = "\n\n\ndef main() -> None:\n    pass\n"
+
+
+@pytest.fixture(scope="module")
+def both(tiny_model_dir: Path):  # type: ignore[no-untyped-def]
+    return load_model(tiny_model_dir, backend="onnx"), load_model(tiny_model_dir, backend="torch")
+
+
+def test_onnx_and_torch_give_the_same_logits(both) -> None:  # type: ignore[no-untyped-def]
+    onnx_m, torch_m = both
+    ids = onnx_m.tokenizer.encode(PREFIX + SUFFIX)
+    s1 = onnx_m.denoiser.encode(ids)
+    s2 = torch_m.denoiser.encode(ids)
+    np.testing.assert_allclose(s1.payload[0], s2.payload[0].numpy(), atol=1e-4)
+    canvas = np.random.default_rng(0).integers(0, onnx_m.tokenizer.vocab_size, (3, 12))
+    a = onnx_m.denoiser.denoise(s1, canvas)
+    b = torch_m.denoiser.denoise(s2, torch.as_tensor(canvas)).numpy()
+    assert a.shape == (3, 12, onnx_m.tokenizer.vocab_size)
+    np.testing.assert_allclose(a, b, atol=1e-4)
+
+
+def test_onnx_and_torch_give_the_same_fills(both) -> None:  # type: ignore[no-untyped-def]
+    fills = []
+    for m in both:
+        engine = InfillEngine(m)
+        out = []
+        for cut in (10, 25, len(PREFIX)):
+            r = engine.fill(InfillRequest(prefix=PREFIX[:cut], suffix=SUFFIX, canvas_tokens=12))
+            out.append((r.candidates[0].token_ids, r.steps))
+        fills.append(out)
+    assert fills[0] == fills[1]
+    special = both[0].tokenizer.special
+    never = {special.mask, special.suffix, special.prefix, special.middle}
+    assert not never & {t for ids, _ in fills[0] for t in ids}
+
+
+@pytest.mark.parametrize("backend", ["onnx", "torch"])
+def test_incremental_encode_matches_full_encode(both, backend: str) -> None:  # type: ignore[no-untyped-def]
+    m = both[0] if backend == "onnx" else both[1]
+    ids = m.tokenizer.encode(PREFIX + SUFFIX)
+    full = m.denoiser.encode(ids)
+    head = m.denoiser.encode(ids[:10])
+    grown = m.denoiser.encode(ids, head)  # appends to a cached prefix
+    diverged = m.denoiser.encode([*ids[:5], 7, 8, 9])  # shares 5 tokens only
+    regrown = m.denoiser.encode(ids, diverged)
+    canvas = m.denoiser.as_array(np.arange(8).reshape(1, 8) % m.tokenizer.vocab_size)
+    want = np.asarray(m.denoiser.denoise(full, canvas))
+    for state in (grown, regrown):
+        np.testing.assert_allclose(np.asarray(m.denoiser.denoise(state, canvas)), want, atol=1e-5)
+    # the cached state was not changed by being extended
+    assert head.payload[0].shape[3] == 10
+    shorter = m.denoiser.encode(ids[:10], full)  # a prefix of a cached state: a slice
+    np.testing.assert_allclose(np.asarray(shorter.payload[0]), np.asarray(head.payload[0]), atol=1e-5)

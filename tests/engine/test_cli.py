@@ -1,0 +1,192 @@
+"""diffusion-infill commands, and every bad input: a clear one-line error, no traceback."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.cli import main, split_at
+
+from ..conftest import FIXTURE_CODE
+
+SAMPLE = FIXTURE_CODE / "inventory.py"
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_fill_at_a_line_and_column_prints_the_fill(tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(
+        capsys, "fill", "--model", str(tiny_model_dir), "--file", str(SAMPLE), "--line", "35", "--col", "9", "--json"
+    )
+    assert code == 0, err
+    result = json.loads(out)
+    assert set(result) >= {"middle", "candidates", "steps", "total_ms", "stop_reason"}
+    assert 1 <= result["steps"] <= 16
+    assert len(result["candidates"][0]["token_confidence"]) <= 16
+
+
+def test_fill_from_prefix_and_suffix_files_and_empty_sides(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pre, suf = tmp_path / "pre.txt", tmp_path / "suf.txt"
+    pre.write_text("")  # empty prefix and suffix are valid requests
+    suf.write_text("")
+    code, out, err = run_cli(
+        capsys, "fill", "--model", str(tiny_model_dir), "--prefix-file", str(pre), "--suffix-file", str(suf)
+    )
+    assert code == 0, err
+    assert "Traceback" not in err
+
+
+def test_non_utf8_input_is_replaced_and_reported(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "latin1.py"
+    bad.write_bytes("x = 'caf\xe9'\ny = ".encode("latin-1"))
+    code, _, err = run_cli(
+        capsys, "fill", "--model", str(tiny_model_dir), "--file", str(bad), "--line", "2", "--col", "5"
+    )
+    assert code == 0
+    assert "not valid UTF-8" in err
+
+
+def test_long_context_is_trimmed_and_canvas_is_clamped(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    big = tmp_path / "big.py"
+    big.write_text(SAMPLE.read_text() * 40)
+    code, out, err = run_cli(
+        capsys,
+        "fill",
+        "--model",
+        str(tiny_model_dir),
+        "--file",
+        str(big),
+        "--line",
+        "600",
+        "--col",
+        "1",
+        "--canvas-tokens",
+        "100000",
+        "--json",
+    )
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["context_tokens"] <= 256  # the model's default budget
+    assert any("canvas length 100000 is out of range" in w for w in result["warnings"])
+    assert "out of range" in err  # said on stderr too
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--file", "missing.py", "--line", "1", "--col", "1"], "file not found: missing.py"),
+        (["--file", str(SAMPLE), "--line", "999", "--col", "1"], "line 999 is outside the file"),
+        (["--file", str(SAMPLE), "--line", "1", "--col", "999"], "column 999 is outside line 1"),
+        (["--file", str(SAMPLE)], "--file needs --line and --col"),
+        ([], "give --file"),
+        (["--file", str(FIXTURE_CODE), "--line", "1", "--col", "1"], "is a directory"),
+    ],
+)
+def test_bad_fill_input_gives_one_clear_line(
+    tiny_model_dir: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    code, out, err = run_cli(capsys, "fill", "--model", str(tiny_model_dir), *args)
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err and out == ""
+
+
+def _broken_copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+@pytest.mark.parametrize(
+    ("breakage", "message"),
+    [
+        ("missing_dir", "model directory not found"),
+        ("no_config", "has no config.json"),
+        ("no_denoise", "is missing denoise.onnx"),
+        ("bad_version", "unknown format_version 99"),
+        ("bad_json", "cannot read"),
+        ("wrong_tokenizer", "the tokenizer does not belong to this checkpoint"),
+    ],
+)
+def test_bad_model_directory_is_named(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], breakage: str, message: str
+) -> None:
+    model = tmp_path / "model"
+    if breakage != "missing_dir":
+        _broken_copy(tiny_model_dir, model)
+    if breakage == "no_config":
+        (model / "config.json").unlink()
+    elif breakage == "no_denoise":
+        (model / "denoise.onnx").unlink()
+    elif breakage == "bad_version":
+        cfg = json.loads((model / "config.json").read_text())
+        cfg["format_version"] = 99
+        (model / "config.json").write_text(json.dumps(cfg))
+    elif breakage == "bad_json":
+        (model / "config.json").write_text("{not json")
+    elif breakage == "wrong_tokenizer":
+        from engine.tokenizer import train_tokenizer
+
+        train_tokenizer(["def f():\n    return 1\n"] * 3, vocab_size=300).hf.save(str(model / "tokenizer.json"))
+    code, _, err = run_cli(capsys, "fill", "--model", str(model), "--file", str(SAMPLE), "--line", "1", "--col", "1")
+    assert code == 2
+    assert message in err, err
+    assert str(model) in err
+    assert "Traceback" not in err
+
+
+def test_batch_keeps_going_past_bad_lines(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text(
+        json.dumps({"id": "a", "prefix": "def f(x):\n    return ", "suffix": "\n", "language": "python"})
+        + "\n"
+        + "{broken json\n"
+        + json.dumps({"id": "c", "suffix": "no prefix"})
+        + "\n"
+        + json.dumps({"id": "d", "prefix": "", "suffix": ""})
+        + "\n"
+    )
+    code, _, err = run_cli(capsys, "batch", "--model", str(tiny_model_dir), "--input", str(src), "--output", str(dst))
+    assert code == 1  # some lines failed
+    rows = [json.loads(x) for x in dst.read_text().splitlines()]
+    assert [r.get("id") for r in rows] == ["a", 2, 3, "d"]
+    assert "middle" in rows[0] and "steps" in rows[0] and "total_ms" in rows[0]
+    assert "error" in rows[1] and "error" in rows[2] and "middle" in rows[3]
+    assert "Traceback" not in err
+
+
+def test_split_at_handles_crlf_and_end_of_file() -> None:
+    text = "a = 1\r\nb = 2\r\n"
+    assert split_at(text, 2, 5) == ("a = 1\r\nb = ", "2\r\n")
+    assert split_at(text, 3, 1) == (text, "")
+
+
+def test_console_script_runs_the_shipped_model(tmp_path: Path) -> None:
+    """What the README's quick start runs: the installed command, the default model."""
+    exe = Path(sys.executable).parent / "diffusion-infill"
+    if not exe.exists():
+        pytest.skip("diffusion-infill is not installed in this environment")
+    proc = subprocess.run(
+        [str(exe), "fill", "--file", str(SAMPLE), "--line", "35", "--col", "16", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "middle" in json.loads(proc.stdout)

@@ -1,0 +1,90 @@
+"""Infill: context budgets and order, cache reuse across keystrokes, warm start, candidates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.infill import InfillEngine, InfillRequest, _Previous, trim_prefix, trim_suffix
+from engine.modeldir import load_model
+
+from ..conftest import FIXTURE_CODE
+
+SOURCE = (FIXTURE_CODE / "inventory.py").read_text() * 6
+
+
+@pytest.fixture()
+def engine(tiny_model_dir: Path) -> InfillEngine:
+    return InfillEngine(load_model(tiny_model_dir))
+
+
+def test_context_is_suffix_prefix_middle_and_keeps_nearest_code(engine: InfillEngine) -> None:
+    cut = len(SOURCE) // 2
+    req = InfillRequest(prefix=SOURCE[:cut], suffix=SOURCE[cut:], context_tokens=200)
+    ctx, pre, suf = engine.build_context(req, [], 16)
+    sp = engine.tok.special
+    assert ctx[0] == sp.suffix and ctx[-1] == sp.middle
+    assert ctx[len(suf) + 1] == sp.prefix
+    assert len(ctx) <= 200
+    assert len(suf) <= 200 * 0.25
+    # nearest code kept: the prefix tokens decode to the end of the prefix, the suffix to its start
+    assert SOURCE[:cut].endswith(engine.tok.decode(pre))
+    assert SOURCE[cut:].startswith(engine.tok.decode(suf))
+
+
+def test_trims_snap_to_lines_so_typing_keeps_the_cut(engine: InfillEngine) -> None:
+    enc = engine.tok.encode
+    a = trim_prefix(enc, SOURCE, 150)
+    b = trim_prefix(enc, SOURCE + "x", 150)
+    assert b[: len(a) - 1] == a[:-1]  # the same start: typing appended
+    kept = engine.tok.decode(a)
+    assert SOURCE.endswith(kept) and len(a) <= 150
+    assert SOURCE[: len(SOURCE) - len(kept)].endswith("\n")  # the cut is at a line start
+    s = trim_suffix(enc, SOURCE, 60)
+    assert len(s) <= 60 and SOURCE.startswith(engine.tok.decode(s))
+    assert engine.tok.decode(s).endswith("\n")  # whole lines
+
+
+def test_a_keystroke_reuses_the_cached_context(engine: InfillEngine) -> None:
+    cut = SOURCE.index("return sum") + len("return ")
+    first = engine.fill(InfillRequest(prefix=SOURCE[:cut], suffix=SOURCE[cut:]))
+    second = engine.fill(InfillRequest(prefix=SOURCE[:cut] + "s", suffix=SOURCE[cut:]))
+    assert first.reused_tokens == 0
+    assert second.reused_tokens >= second.context_tokens - 4
+
+
+def test_warm_start_continues_the_previous_fill(engine: InfillEngine) -> None:
+    prefix, suffix = "def f(items):\n    return ", "\n"
+    engine._previous = _Previous(prefix=prefix, suffix=suffix, text="sum(items)")
+    r = engine.fill(InfillRequest(prefix=prefix + "su", suffix=suffix))
+    assert r.warm_start
+    assert r.drafted == len(engine.tok.encode("m(items)"))
+    # typing that diverges from the previous fill is no warm start
+    engine._previous = _Previous(prefix=prefix, suffix=suffix, text="sum(items)")
+    r = engine.fill(InfillRequest(prefix=prefix + "len", suffix=suffix))
+    assert not r.warm_start
+
+
+def test_cancel_and_deadline_give_an_empty_answer_not_an_error(engine: InfillEngine) -> None:
+    r = engine.fill(InfillRequest(prefix="x = ", cancel=lambda: True))
+    assert r.stop_reason == "cancelled" and r.steps == 0 and r.text == ""
+    r = engine.fill(InfillRequest(prefix="x = ", deadline=0.0))
+    assert r.stop_reason == "deadline" and r.text == ""
+
+
+def test_candidates_are_batched_distinct_and_led_by_the_greedy_fill(engine: InfillEngine) -> None:
+    req = dict(prefix="def area(w, h):\n    return ", suffix="\n", use_drafter=False)
+    one = engine.fill(InfillRequest(**req))  # type: ignore[arg-type]
+    many = engine.fill(InfillRequest(candidates=4, **req))  # type: ignore[arg-type]
+    texts = [c.text for c in many.candidates]
+    assert 1 <= len(texts) <= 4 and len(set(texts)) == len(texts)
+    assert texts[0] == one.text
+    assert all(0.0 <= x <= 1.0 for c in many.candidates for x in c.confidence)
+
+
+def test_drafts_are_reported_step_by_step(engine: InfillEngine) -> None:
+    seen: list[tuple[int, list[str]]] = []
+    r = engine.fill(InfillRequest(prefix="x = ", on_draft=lambda step, texts: seen.append((step, texts))))
+    assert [s for s, _ in seen] == list(range(r.steps))
+    assert all(len(t) == 1 for _, t in seen)
