@@ -34,6 +34,7 @@ DEFAULT_CONTEXT_TOKENS = 1024
 MIN_CONTEXT_TOKENS = 16
 SUFFIX_SHARE = 0.25  # of the context budget, at most, for code after the cursor
 TRIM_QUANTUM_LINES = 16  # trims move in steps of this many lines (cache-friendly)
+MAX_CHARS_PER_TOKEN = 12  # text farther than budget * this from the cursor is never kept
 CANDIDATE_TEMPERATURE = 0.8  # for the extra, sampled candidates
 
 
@@ -94,42 +95,60 @@ class _Previous:
     text: str
 
 
-def trim_prefix(tok_encode: Callable[[str], list[int]], prefix: str, budget: int) -> list[int]:
-    """Tokens of the end of `prefix` within `budget`, starting at a line that is a
-    multiple of TRIM_QUANTUM_LINES from the start, so the cut rarely moves."""
-    ids = tok_encode(prefix)
-    if len(ids) <= budget:
-        return ids
-    starts = _line_starts(prefix)
-    # Try cut lines from the nearest-to-budget estimate upwards.
-    for line in range(0, len(starts), TRIM_QUANTUM_LINES):
-        ids = tok_encode(prefix[starts[line] :])
-        if len(ids) <= budget:
-            return ids
-    return ids[-budget:]  # one huge line: keep its end
+def trim_prefix(encode: Callable[[str], list[int]], prefix: str, budget: int) -> list[int]:
+    """Tokens of the end of `prefix` within `budget`.
+
+    The cut is at the start of a line whose number is a multiple of TRIM_QUANTUM_LINES,
+    so it stays put while the user types (the context cache keeps matching). Only a
+    window of the text near the cursor is ever tokenized.
+    """
+    window = max(0, len(prefix) - budget * MAX_CHARS_PER_TOKEN)
+    cuts = _quantized_line_starts(prefix, window, len(prefix))  # ascending: most context first
+    best = _first_fitting(cuts, lambda cut: encode(prefix[cut:]), budget)
+    if best is not None:
+        return best
+    return encode(prefix[window:])[-budget:]  # one huge line: keep its end
 
 
-def trim_suffix(tok_encode: Callable[[str], list[int]], suffix: str, budget: int) -> list[int]:
-    """Tokens of the start of `suffix` within `budget`, ending on a line boundary."""
-    ids = tok_encode(suffix)
-    if len(ids) <= budget:
-        return ids
-    starts = _line_starts(suffix)
-    n = len(starts)
-    for line in range(n - n % TRIM_QUANTUM_LINES, 0, -TRIM_QUANTUM_LINES):
-        ids = tok_encode(suffix[: starts[line]])
-        if len(ids) <= budget:
-            return ids
-    return tok_encode(suffix)[:budget]
+def trim_suffix(encode: Callable[[str], list[int]], suffix: str, budget: int) -> list[int]:
+    """Tokens of the start of `suffix` within `budget`, ending at a quantized line start."""
+    window = min(len(suffix), budget * MAX_CHARS_PER_TOKEN)
+    ends = _quantized_line_starts(suffix, 1, window)
+    if window == len(suffix):
+        ends.append(len(suffix))
+    best = _first_fitting(ends[::-1], lambda end: encode(suffix[:end]), budget)  # most context first
+    if best is not None:
+        return best
+    return encode(suffix[:window])[:budget]  # the first lines alone are too long: keep their start
 
 
-def _line_starts(text: str) -> list[int]:
-    starts = [0]
-    pos = text.find("\n")
-    while pos != -1:
-        starts.append(pos + 1)
+def _quantized_line_starts(text: str, lo: int, hi: int) -> list[int]:
+    """Offsets in [lo, hi] of line starts whose line number is a multiple of the quantum."""
+    start = lo - 1 if lo > 0 else 0  # a newline just before lo starts a line at lo
+    line = text.count("\n", 0, start)  # number of the line that contains `start`
+    out = [0] if lo == 0 else []
+    pos = text.find("\n", start)
+    while pos != -1 and pos + 1 <= hi:
+        line += 1
+        if line % TRIM_QUANTUM_LINES == 0:
+            out.append(pos + 1)
         pos = text.find("\n", pos + 1)
-    return starts
+    return out
+
+
+def _first_fitting(cuts: list[int], tokens_of: Callable[[int], list[int]], budget: int) -> list[int] | None:
+    """Binary search `cuts` (ordered from most to least text) for the first whose tokens
+    fit the budget; token counts shrink along the list."""
+    lo, hi = 0, len(cuts)
+    found: list[int] | None = None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        ids = tokens_of(cuts[mid])
+        if len(ids) <= budget:
+            found, hi = ids, mid
+        else:
+            lo = mid + 1
+    return found
 
 
 class InfillEngine:

@@ -198,6 +198,11 @@ def _load_diffusion_gemma(path: Path, cfg: dict[str, Any], device: str) -> Loade
     names = dict(cfg.get("diffusion_lsp", {}).get("special_tokens", DG_SPECIAL_TOKENS))
     tok = Tokenizer.from_file(path / TOKENIZER_FILE, names)
     den = DiffusionGemmaDenoiser.from_dir(path, device=device)
+    if tok.vocab_size > den.info.vocab_size:
+        raise ModelLoadError(
+            f"{path}: tokenizer.json has {tok.vocab_size} tokens but the model only {den.info.vocab_size}: "
+            "the tokenizer does not belong to this checkpoint"
+        )
     defaults = {"regime": "uniform", **cfg.get("diffusion_lsp", {}).get("defaults", {})}
     return LoadedModel(path=path, tokenizer=tok, denoiser=den, backend="diffusion_gemma", defaults=defaults)
 

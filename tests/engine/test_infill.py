@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from engine.infill import InfillEngine, InfillRequest, _Previous, trim_prefix, trim_suffix
 from engine.modeldir import load_model
@@ -40,7 +42,9 @@ def test_trims_snap_to_lines_so_typing_keeps_the_cut(engine: InfillEngine) -> No
     assert b[: len(a) - 1] == a[:-1]  # the same start: typing appended
     kept = engine.tok.decode(a)
     assert SOURCE.endswith(kept) and len(a) <= 150
-    assert SOURCE[: len(SOURCE) - len(kept)].endswith("\n")  # the cut is at a line start
+    dropped = SOURCE[: len(SOURCE) - len(kept)]
+    assert dropped.endswith("\n")  # the cut is at a line start ...
+    assert dropped.count("\n") % 16 == 0  # ... of a line numbered in steps of 16
     s = trim_suffix(enc, SOURCE, 60)
     assert len(s) <= 60 and SOURCE.startswith(engine.tok.decode(s))
     assert engine.tok.decode(s).endswith("\n")  # whole lines
@@ -88,3 +92,18 @@ def test_drafts_are_reported_step_by_step(engine: InfillEngine) -> None:
     r = engine.fill(InfillRequest(prefix="x = ", on_draft=lambda step, texts: seen.append((step, texts))))
     assert [s for s, _ in seen] == list(range(r.steps))
     assert all(len(t) == 1 for _, t in seen)
+
+
+@given(
+    text=st.lists(st.sampled_from([*"ab (x)=:\n\t\r", "é", "→", "if ", "return "]), max_size=150).map("".join),
+    budget=st.integers(min_value=1, max_value=80),
+)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_trims_stay_within_budget_and_keep_the_nearest_text(engine: InfillEngine, text: str, budget: int) -> None:
+    enc, dec = engine.tok.encode, engine.tok.decode
+    pre = trim_prefix(enc, text, budget)
+    suf = trim_suffix(enc, text, budget)
+    assert len(pre) <= budget and len(suf) <= budget
+    if len(enc(text)) <= budget:
+        assert pre == suf == enc(text)
+    assert text.endswith(dec(pre)) or len(pre) == budget  # a cut inside one huge line keeps its end

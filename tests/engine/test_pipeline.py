@@ -1,0 +1,71 @@
+"""train -> export-onnx -> eval through the CLI, at toy size: every command works end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.cli import main
+from engine.modeldir import load_model
+
+from ..conftest import FIXTURE_CODE
+
+pytest.importorskip("torch")
+
+
+def test_train_export_eval(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(
+        json.dumps(
+            {
+                "corpus": [str(FIXTURE_CODE)],
+                "holdout": [],
+                "vocab_size": 300,
+                "model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "max_positions": 512},
+                "context_tokens": 64,
+                "canvas_tokens": 16,
+                "batch_size": 4,
+                "steps": 3,
+                "warmup": 1,
+                "eval_every": 100,
+            }
+        )
+    )
+    out = tmp_path / "model"
+    assert main(["train", "--recipe", str(recipe), "--out", str(out)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["steps"] == 3 and np.isfinite(summary["train_loss"])
+    for name in ("config.json", "tokenizer.json", "model.safetensors", "encode.onnx", "denoise.onnx", "MODEL_CARD.md"):
+        assert (out / name).is_file(), name
+    assert '"steps": 3' in (out / "MODEL_CARD.md").read_text()
+
+    # export-onnx rewrites the graphs from the safetensors: same logits as before
+    before = load_model(out)
+    ids = before.tokenizer.encode("def f(x):\n    return x\n")
+    canvas = np.arange(6).reshape(1, 6)
+    want = before.denoiser.denoise(before.denoiser.encode(ids), canvas)
+    exported = tmp_path / "exported"
+    assert main(["export-onnx", "--model", str(out), "--out", str(exported)]) == 0
+    for name in ("encode.onnx", "denoise.onnx"):
+        (out / name).write_bytes((exported / name).read_bytes())
+    after = load_model(out)
+    np.testing.assert_allclose(after.denoiser.denoise(after.denoiser.encode(ids), canvas), want, atol=1e-5)
+    capsys.readouterr()
+
+    assert main(["eval", "--model", str(out), "--data", str(FIXTURE_CODE), "--tasks", "2"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    for kind in ("rest_of_line", "lines", "random_span"):
+        assert report[kind]["tasks"] == 2 and 0.0 <= report[kind]["exact_match"] <= 1.0
+
+
+def test_train_without_a_recipe_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "--recipe", str(tmp_path / "nope.json"), "--out", str(tmp_path / "m")]) == 2
+    assert "recipe not found" in capsys.readouterr().err
+
+
+def test_eval_on_a_missing_directory_is_a_clear_error(tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["eval", "--model", str(tiny_model_dir), "--data", str(tmp_path / "none")]) == 2
+    assert "eval data directory not found" in capsys.readouterr().err
