@@ -43,15 +43,11 @@ def run_training(recipe: Path, out: Path, resume: Path | None = None) -> dict[st
     def progress(step: int, loss: float, held_loss: float | None) -> None:
         if step % 20 == 0 or step == cfg.steps:
             extra = f" held-out {held_loss:.3f}" if held_loss is not None else ""
-            print(
-                f"\rstep {step}/{cfg.steps} loss {loss:.3f}{extra} {time.monotonic() - t0:.0f}s",
-                end="",
-                file=sys.stderr,
-                flush=True,
-            )
+            sys.stderr.write(f"\rstep {step}/{cfg.steps} loss {loss:.3f}{extra} {time.monotonic() - t0:.0f}s")
+            sys.stderr.flush()
 
     model, summary = train(cfg, tok, train_texts, held, resume=model, progress=progress)
-    print(file=sys.stderr)
+    sys.stderr.write("\n")
     n_params = sum(p.numel() for p in model.parameters())
     card = MODEL_CARD.format(
         params=n_params,

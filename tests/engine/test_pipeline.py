@@ -66,6 +66,8 @@ def test_train_without_a_recipe_is_a_clear_error(tmp_path: Path, capsys: pytest.
     assert "recipe not found" in capsys.readouterr().err
 
 
-def test_eval_on_a_missing_directory_is_a_clear_error(tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_eval_on_a_missing_directory_is_a_clear_error(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["eval", "--model", str(tiny_model_dir), "--data", str(tmp_path / "none")]) == 2
     assert "eval data directory not found" in capsys.readouterr().err
