@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -36,6 +37,16 @@ SUFFIX_SHARE = 0.25  # of the context budget, at most, for code after the cursor
 TRIM_QUANTUM_LINES = 16  # trims move in steps of this many lines (cache-friendly)
 MAX_CHARS_PER_TOKEN = 12  # text farther than budget * this from the cursor is never kept
 CANDIDATE_TEMPERATURE = 0.8  # for the extra, sampled candidates
+# transformers' DiffusionGemmaGenerationConfig defaults (_get_default_generation_params)
+UNIFORM_DEFAULTS: dict[str, Any] = {
+    "max_steps": 48,
+    "entropy_bound": 0.1,
+    "t_min": 0.4,
+    "t_max": 0.8,
+    "greedy": False,
+    "stability_threshold": 1,
+    "stop_entropy": 0.005,
+}
 
 
 @dataclass
@@ -163,8 +174,15 @@ class InfillEngine:
         self._previous: _Previous | None = None
 
     def default_sampler(self) -> SamplerConfig:
+        """The model directory's defaults; for uniform-canvas models (DiffusionGemma),
+        transformers' generation defaults for DiffusionGemma."""
         d = self.defaults
-        return SamplerConfig(strategy=d.get("strategy", "entropy_bound"), max_steps=int(d.get("max_steps", 32)))
+        if self.den.info.regime == "uniform":
+            base = SamplerConfig(**UNIFORM_DEFAULTS)
+        else:
+            base = SamplerConfig()
+        changes = {k: d[k] for k in ("strategy", "max_steps", "entropy_bound", "t_max", "t_min") if k in d}
+        return replace(base, **changes)
 
     # -- 1-2: context
     def build_context(

@@ -61,6 +61,7 @@ class SamplerConfig:
     greedy: bool = True  # take the argmax; False samples from the tempered softmax
     stability_threshold: int = 1  # steps the argmax canvas must stay the same ...
     stop_entropy: float = 0.005  # ... while the mean entropy is below this, to stop early
+    draft_confidence: float = 0.5  # a drafted token is kept if the model's argmax agrees this surely
     seed: int | None = None
 
     def __post_init__(self) -> None:
@@ -81,8 +82,10 @@ class SamplerConfig:
 
     def temperature(self, remaining: int) -> float:
         """Linear schedule as transformers' LinearTemperatureScheduleLogitsProcessor:
-        `remaining` counts down from max_steps (first step) to 1 (last step)."""
-        return self.t_min + (self.t_max - self.t_min) * (remaining / self.max_steps)
+        `remaining` counts down from max_steps (first step) to 1 (last step). Computed in
+        float32, as transformers does, so seeded runs match it bit for bit."""
+        frac = np.float32(remaining) / np.float32(self.max_steps)
+        return float(np.float32(self.t_min) + np.float32(self.t_max - self.t_min) * frac)
 
 
 @dataclass
@@ -121,6 +124,14 @@ def log_softmax(logits: Any) -> Any:
     x = xp.astype(logits, xp.float32)
     shifted = x - xp.max(x, axis=-1, keepdims=True)
     return shifted - xp.log(xp.sum(xp.exp(shifted), axis=-1, keepdims=True))
+
+
+def softmax(logits: Any) -> Any:
+    """(..., V) -> (..., V) probabilities in float32, computed as torch.softmax does."""
+    xp = array_api_compat.array_namespace(logits)
+    x = xp.astype(logits, xp.float32)
+    e = xp.exp(x - xp.max(x, axis=-1, keepdims=True))
+    return e / xp.sum(e, axis=-1, keepdims=True)
 
 
 def entropy(logp: Any) -> Any:
@@ -299,7 +310,7 @@ def run(
         if cfg.greedy:
             pred = new_argmax
         else:
-            pred = rng.categorical(xp.exp(logp))
+            pred = rng.categorical(softmax(proc))
             if greedy_rows is not None:
                 pred = xp.where(xp.expand_dims(greedy_rows, axis=-1), xp.astype(new_argmax, pred.dtype), pred)
         pred = xp.astype(pred, canvas.dtype)
@@ -310,7 +321,9 @@ def run(
         open_ = xp.logical_not(locked) if absorbing else xp.logical_not(fixed)
         accept = select_positions(cfg.strategy, cfg, ent, xp.exp(top_lp), open_)
         if step == 0:
-            accept = xp.logical_or(accept, xp.logical_and(draft, pred == canvas))
+            # drafts the model agrees with, confidently, are verified in this one pass
+            agree = xp.logical_and(pred == canvas, xp.exp(pred_lp) >= cfg.draft_confidence)
+            accept = xp.logical_or(accept, xp.logical_and(draft, agree))
         # 6. update the canvas
         if absorbing:
             new_canvas = xp.where(accept, pred, xp.where(locked, canvas, mask_tok))

@@ -27,63 +27,20 @@ try:
     import torch
     from transformers import DiffusionGemmaForBlockDiffusion
     from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
-except ImportError as exc:  # pragma: no cover - exercised only without the extra installed
+except ImportError as exc:
     raise ImportError(
         "The diffusion_gemma backend needs torch and transformers (>= 5.23, with DiffusionGemma). "
         "Install them with: pip install 'diffusion-lsp[torch]'"
     ) from exc
 
 from engine.denoisers.base import DenoiserInfo, EncodedContext
-
-try:
-    from engine.errors import ModelLoadError
-except ImportError:
-
-    class ModelLoadError(Exception):  # type: ignore[no-redef]
-        """A model directory could not be loaded (missing, incomplete, or unreadable)."""
-
+from engine.denoisers.kv import common_prefix_len
+from engine.denoisers.torch import TorchRandomSource
+from engine.errors import ModelLoadError
 
 __all__ = ["DiffusionGemmaDenoiser", "ModelLoadError", "TorchRandomSource"]
 
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
-
-
-class TorchRandomSource:
-    """Seeded torch random numbers drawn with the calls DiffusionGemma's generate() uses.
-
-    `uniform_tokens` is `EntropyBoundSampler.initialize_canvas` (torch.randint) and
-    `categorical` is the `torch.multinomial` of `_denoising_step`; both use a private
-    `torch.Generator` on `device`. On CPU a fresh `torch.Generator().manual_seed(s)` yields
-    the same stream as the global generator after `torch.manual_seed(s)`.
-    """
-
-    def __init__(self, seed: int | None, device: torch.device | str = "cpu") -> None:
-        self.device = torch.device(device)
-        self.generator = torch.Generator(device=self.device)
-        if seed is None:
-            self.generator.seed()
-        else:
-            self.generator.manual_seed(int(seed))
-
-    def uniform_tokens(self, shape: tuple[int, int], vocab_size: int) -> torch.Tensor:
-        """(B, C) int64 token ids drawn uniformly from [0, vocab_size)."""
-        return torch.randint(
-            low=0, high=int(vocab_size), size=tuple(shape), generator=self.generator, device=self.device
-        )
-
-    def categorical(self, probs: torch.Tensor) -> torch.Tensor:
-        """(B, C, V) float32 probabilities -> (B, C) int64 sampled ids (one multinomial call)."""
-        batch, length, vocab = probs.shape
-        flat = probs.reshape(-1, vocab)
-        return torch.multinomial(flat, num_samples=1, generator=self.generator).view(batch, length)
-
-
-def _common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def _fork_cache(cache: Cache) -> Cache:
@@ -117,11 +74,13 @@ def _expand_cache(cache: Cache, batch: int) -> Cache:
         return cache
     forked = _fork_cache(cache)
     for layer in forked.layers:
-        if getattr(layer, "is_initialized", False) and layer.keys is not None:
-            if layer.keys.shape[0] != 1:
-                raise ValueError(f"the encoded context has batch {layer.keys.shape[0]}; expected 1")
-            layer.keys = layer.keys.expand(batch, -1, -1, -1)
-            layer.values = layer.values.expand(batch, -1, -1, -1)
+        keys: Any = getattr(layer, "keys", None)
+        values: Any = getattr(layer, "values", None)
+        if getattr(layer, "is_initialized", False) and isinstance(keys, torch.Tensor):
+            if keys.shape[0] != 1:
+                raise ValueError(f"the encoded context has batch {keys.shape[0]}; expected 1")
+            layer.keys = keys.expand(batch, -1, -1, -1)  # type: ignore[union-attr]
+            layer.values = values.expand(batch, -1, -1, -1)  # type: ignore[union-attr]
     return forked
 
 
@@ -254,7 +213,7 @@ class DiffusionGemmaDenoiser:
         start = 0
         if state is not None and isinstance(state.payload, Cache):
             old = state.token_ids
-            common = _common_prefix_len(old, ids)
+            common = common_prefix_len(old, ids)
             if common == len(old) == len(ids):
                 return EncodedContext(token_ids=ids, payload=state.payload, nbytes=state.nbytes)
             if common == len(old):

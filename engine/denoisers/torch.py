@@ -13,23 +13,30 @@ from engine.model import DiffusionCoder
 
 
 class TorchRandomSource:
-    """torch.randint / torch.multinomial on one generator, in the order transformers'
-    DiffusionGemma generate() draws them (canvas init, then per step: sample, renoise)."""
+    """Seeded torch random numbers drawn with the calls DiffusionGemma's generate() uses.
+
+    `uniform_tokens` is `EntropyBoundSampler.initialize_canvas` (torch.randint) and
+    `categorical` the torch.multinomial of `_denoising_step`, both on a private generator
+    on `device`. On CPU, `Generator().manual_seed(s)` yields the same stream as the global
+    generator after `torch.manual_seed(s)`, so a seeded run reproduces generate().
+    """
 
     def __init__(self, seed: int | None, device: torch.device | str = "cpu") -> None:
         self.device = torch.device(device)
-        self.gen = torch.Generator(device=self.device)
+        self.generator = torch.Generator(device=self.device)
         if seed is None:
-            self.gen.seed()
+            self.generator.seed()
         else:
-            self.gen.manual_seed(seed)
+            self.generator.manual_seed(int(seed))
 
     def uniform_tokens(self, shape: tuple[int, int], vocab_size: int) -> torch.Tensor:
-        return torch.randint(0, vocab_size, shape, generator=self.gen, device=self.device)
+        """(B, C) int64 token ids drawn uniformly from [0, vocab_size)."""
+        return torch.randint(0, int(vocab_size), tuple(shape), generator=self.generator, device=self.device)
 
     def categorical(self, probs: torch.Tensor) -> torch.Tensor:
+        """(B, C, V) float32 probabilities -> (B, C) int64 ids (one multinomial call)."""
         b, c, v = probs.shape
-        return torch.multinomial(probs.reshape(-1, v), num_samples=1, generator=self.gen).view(b, c)
+        return torch.multinomial(probs.reshape(-1, v), num_samples=1, generator=self.generator).view(b, c)
 
 
 class TorchDenoiser(KVDenoiser):

@@ -221,7 +221,7 @@ def test_drafts_are_kept_only_where_the_model_agrees(lib: str) -> None:
         den,
         den.encode([1]),
         den.as_array(canvas),
-        SamplerConfig(entropy_bound=0.01),
+        SamplerConfig(entropy_bound=0.01, draft_confidence=0.1),
         rng,
         draft=den.as_array(draft.astype(np.int64)) == 1,
         on_step=lambda v: views.append(np.asarray(v.canvas)),
@@ -232,6 +232,17 @@ def test_drafts_are_kept_only_where_the_model_agrees(lib: str) -> None:
     assert res.tokens[0].tolist() == TARGET
     no_draft, _ = sample(FakeDenoiser(TARGET, [1.0] * 6 + [20.0, 20.0], lib), SamplerConfig(entropy_bound=0.01))
     assert res.steps < no_draft.steps
+    # an agreement below draft_confidence does not count
+    unsure, _ = sample(FakeDenoiser(TARGET, [1.0] * 6 + [20.0, 20.0], lib), SamplerConfig(entropy_bound=0.01))
+    strict = run(
+        den,
+        den.encode([1]),
+        den.as_array(canvas),
+        SamplerConfig(entropy_bound=0.01, draft_confidence=0.9),
+        rng,
+        draft=den.as_array(draft.astype(np.int64)) == 1,
+    )
+    assert strict.steps == unsure.steps
 
 
 def test_numpy_and_torch_give_the_same_tokens() -> None:
