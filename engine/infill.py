@@ -177,10 +177,7 @@ class InfillEngine:
         """The model directory's defaults; for uniform-canvas models (DiffusionGemma),
         transformers' generation defaults for DiffusionGemma."""
         d = self.defaults
-        if self.den.info.regime == "uniform":
-            base = SamplerConfig(**UNIFORM_DEFAULTS)
-        else:
-            base = SamplerConfig()
+        base = SamplerConfig(**UNIFORM_DEFAULTS) if self.den.info.regime == "uniform" else SamplerConfig()
         changes = {k: d[k] for k in ("strategy", "max_steps", "entropy_bound", "t_max", "t_min") if k in d}
         return replace(base, **changes)
 

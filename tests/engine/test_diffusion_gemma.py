@@ -486,7 +486,9 @@ def _checkpoint_dir(model: Any, root: Path) -> Path:
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     hf.decoder = decoders.ByteLevel()
     specials = ["<pad>", "<eos>", "<bos>", "<|fim_suffix|>", "<|fim_prefix|>", "<|fim_middle|>"]
-    hf.train_from_iterator(["def f(x):\n    return x + 1\n"] * 20, trainers.BpeTrainer(vocab_size=120, special_tokens=specials))
+    hf.train_from_iterator(
+        ["def f(x):\n    return x + 1\n"] * 20, trainers.BpeTrainer(vocab_size=120, special_tokens=specials)
+    )
     assert hf.get_vocab_size() <= VOCAB
     hf.save(str(root / "tokenizer.json"))
     return root
@@ -503,7 +505,9 @@ def test_infill_runs_end_to_end_on_a_checkpoint_directory(model: Any, tmp_path: 
     engine = InfillEngine(loaded)
     cfg = engine.default_sampler()
     assert (cfg.max_steps, cfg.entropy_bound, cfg.t_max, cfg.t_min, cfg.greedy) == (48, 0.1, 0.8, 0.4, False)
-    r = engine.fill(InfillRequest(prefix="def f(x):\n    return ", suffix="\n", canvas_tokens=CANVAS, candidates=2, seed=1))
+    r = engine.fill(
+        InfillRequest(prefix="def f(x):\n    return ", suffix="\n", canvas_tokens=CANVAS, candidates=2, seed=1)
+    )
     assert 1 <= r.steps <= 48
     assert r.stop_reason in ("stable", "max_steps")
     assert len(r.candidates) >= 1 and all(len(c.token_ids) <= CANVAS for c in r.candidates)
