@@ -210,39 +210,36 @@ def test_seeded_sampling_is_deterministic(lib: str) -> None:
 
 
 def test_drafts_are_kept_only_where_the_model_agrees(lib: str) -> None:
-    den = FakeDenoiser(TARGET, [1.0] * 6 + [20.0, 20.0], lib)
-    rng = den.random_source(0)
+    sharp = [1.0] * 6 + [20.0, 20.0]
     canvas = np.full((1, 8), MASK)
     canvas[0, :4] = [5, 6, 99 % V, 3]  # agrees at 0, 1; disagrees at 2, 3
     draft = np.zeros((1, 8), dtype=bool)
     draft[0, :4] = True
-    views: list[Any] = []
-    res = run(
-        den,
-        den.encode([1]),
-        den.as_array(canvas),
-        SamplerConfig(entropy_bound=0.01, draft_confidence=0.1),
-        rng,
-        draft=den.as_array(draft.astype(np.int64)) == 1,
-        on_step=lambda v: views.append(np.asarray(v.canvas)),
-    )
+
+    def with_draft(draft_confidence: float) -> tuple[Any, list[np.ndarray]]:
+        den = FakeDenoiser(TARGET, sharp, lib)
+        views: list[np.ndarray] = []
+        res = run(
+            den,
+            den.encode([1]),
+            den.as_array(canvas),
+            SamplerConfig(entropy_bound=0.01, draft_confidence=draft_confidence),
+            den.random_source(0),
+            draft=den.as_array(draft.astype(np.int64)) == 1,
+            on_step=lambda v: views.append(np.asarray(v.canvas)),
+        )
+        return res, views
+
+    res, views = with_draft(0.1)
     first = views[0][0]
     assert first[0] == 5 and first[1] == 6  # verified drafts locked at once
     assert first[3] == MASK  # rejected draft went back to mask
     assert res.tokens[0].tolist() == TARGET
-    no_draft, _ = sample(FakeDenoiser(TARGET, [1.0] * 6 + [20.0, 20.0], lib), SamplerConfig(entropy_bound=0.01))
+    no_draft, _ = sample(FakeDenoiser(TARGET, sharp, lib), SamplerConfig(entropy_bound=0.01))
     assert res.steps < no_draft.steps
-    # an agreement below draft_confidence does not count
-    unsure, _ = sample(FakeDenoiser(TARGET, [1.0] * 6 + [20.0, 20.0], lib), SamplerConfig(entropy_bound=0.01))
-    strict = run(
-        den,
-        den.encode([1]),
-        den.as_array(canvas),
-        SamplerConfig(entropy_bound=0.01, draft_confidence=0.9),
-        rng,
-        draft=den.as_array(draft.astype(np.int64)) == 1,
-    )
-    assert strict.steps == unsure.steps
+    # an agreement below draft_confidence does not count: no steps saved
+    strict, _ = with_draft(0.9)
+    assert strict.steps == no_draft.steps
 
 
 def test_numpy_and_torch_give_the_same_tokens() -> None:
