@@ -18,6 +18,7 @@ modified in place) key/value tensors of the original.
 from __future__ import annotations
 
 import copy
+import inspect
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,6 +38,18 @@ from engine.denoisers.base import DenoiserInfo, EncodedContext
 from engine.denoisers.kv import common_prefix_len
 from engine.denoisers.torch import TorchRandomSource
 from engine.errors import ModelLoadError
+
+
+def _cache_keyword() -> str:
+    """The name transformers gives the cache argument: `past_key_values` up to 5.23,
+    `cache` from 5.24 (where the old name is deprecated, and refused by the mask helpers)."""
+    from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaDecoderModel
+
+    params = inspect.signature(DiffusionGemmaDecoderModel.create_diffusion_decoder_attention_mask).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+_CACHE_KW = _cache_keyword()
 
 __all__ = ["DiffusionGemmaDenoiser", "ModelLoadError", "TorchRandomSource"]
 
@@ -263,14 +276,14 @@ class DiffusionGemmaDenoiser:
             mask_mapping = self.model.model.decoder.create_diffusion_decoder_attention_mask(
                 config=self.model.config,
                 inputs_embeds=canvas.unsqueeze(-1),
-                past_key_values=batch_cache,
+                **{_CACHE_KW: batch_cache},
                 decoder_attention_mask=decoder_attention_mask,
             )
             out = self.model(
                 decoder_input_ids=canvas,
                 self_conditioning_logits=sc,
                 decoder_attention_mask=mask_mapping,
-                past_key_values=batch_cache,
+                **{_CACHE_KW: batch_cache},
                 decoder_position_ids=decoder_position_ids,
             )
         return out.logits
@@ -291,13 +304,13 @@ class DiffusionGemmaDenoiser:
                 config=model.config,
                 inputs_embeds=dummy,
                 attention_mask=attention_mask,
-                past_key_values=cache,
+                **{_CACHE_KW: cache},
                 position_ids=position_ids,
                 mm_token_type_ids=None,
             )
             model.model.encoder(
                 input_ids=new_ids,
                 attention_mask=mask_mapping,
-                past_key_values=cache,
+                **{_CACHE_KW: cache},
                 position_ids=position_ids,
             )
