@@ -179,7 +179,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from engine.evaluation import evaluate_dir
 
-    report = evaluate_dir(_engine(args), args.data, tasks=args.tasks, seed=args.seed or 0)
+    engine = _engine(args)
+    report = evaluate_dir(
+        engine,
+        args.data,
+        tasks=args.tasks,
+        seed=args.seed or 0,
+        sampler=_sampler_from_args(args, engine.default_sampler()),
+        use_drafter=not args.no_drafter,
+    )
     sys.stdout.write(json.dumps(report, indent=2) + "\n")
     return 0
 
