@@ -98,8 +98,7 @@ def run_benchmark(model: LoadedModel, repeats: int = 20) -> dict[str, Any]:
             ("no_drafter", {"use_drafter": False}),
             ("baseline_l2r", {"sampler": l2r, "use_drafter": False}),
         ):
-            engine.cache.clear()
-            engine._previous = None
+            engine.reset()
             t0 = time.perf_counter()
             r = engine.fill(request(prefix, suffix, **kw))
             ms = (time.perf_counter() - t0) * 1000

@@ -46,7 +46,7 @@ def evaluate_dir(
         exact, steps, ms = 0, [], []
         for _ in range(tasks):
             prefix, middle, suffix = cut(rng.choice(texts), kind, rng)
-            engine._previous = None  # independent tasks: no warm start between them
+            engine.reset(cache=False)  # independent tasks: no warm start between them
             r = engine.fill(InfillRequest(prefix=prefix, suffix=suffix, sampler=sampler, use_drafter=use_drafter))
             exact += r.text.rstrip() == middle.rstrip()
             steps.append(r.steps)

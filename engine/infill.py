@@ -173,6 +173,12 @@ class InfillEngine:
         self.defaults = model.defaults
         self._previous: _Previous | None = None
 
+    def reset(self, cache: bool = True) -> None:
+        """Forget the previous fill (no warm start next) and, by default, the context cache."""
+        self._previous = None
+        if cache:
+            self.cache.clear()
+
     def default_sampler(self) -> SamplerConfig:
         """The model directory's defaults; for uniform-canvas models (DiffusionGemma),
         transformers' generation defaults for DiffusionGemma."""
