@@ -22,13 +22,14 @@ from engine.sampler import SamplerConfig
 
 SETTINGS: dict[str, dict[str, object]] = {
     "left_to_right": {"strategy": "left_to_right"},
-    "entropy_bound_0.5": {"strategy": "entropy_bound", "entropy_bound": 0.5},
     "entropy_bound_1": {"strategy": "entropy_bound", "entropy_bound": 1.0},
-    "entropy_bound_2": {"strategy": "entropy_bound", "entropy_bound": 2.0},
     "entropy_bound_4": {"strategy": "entropy_bound", "entropy_bound": 4.0},
-    "confidence_0.9": {"strategy": "confidence", "confidence_threshold": 0.9},
+    "entropy_bound_8": {"strategy": "entropy_bound", "entropy_bound": 8.0},
+    "entropy_bound_16": {"strategy": "entropy_bound", "entropy_bound": 16.0},
     "confidence_0.7": {"strategy": "confidence", "confidence_threshold": 0.7},
+    "fixed_k_2": {"strategy": "fixed_k", "k": 2},
     "fixed_k_4": {"strategy": "fixed_k", "k": 4},
+    "fixed_k_8": {"strategy": "fixed_k", "k": 8},
 }
 
 

@@ -1,11 +1,12 @@
 """`diffusion-infill bench`: fill latency, steps and throughput on one model, as JSON.
 
 Scenarios (each over the same `repeats` cursor positions in held-out code):
-  cold      fresh cache, CONTEXT_TOKENS of context, a CANVAS_TOKENS-token span
+  cold      fresh cache, CONTEXT_TOKENS of context, a CANVAS_TOKENS-token span, the
+            model's default sampler settings
   warm      the same request after one more typed character (cache + warm start)
-  no_drafter     cold, with the prompt-lookup drafter off
+  drafter_on, drafter_off   cold, with the prompt-lookup drafter forced on / off
   baseline_l2r   cold, one token per step left to right (the autoregressive-style
-                 baseline), same weights
+                 baseline), same weights, drafter off
 Ratios are computed within one run. Wall-clock figures are medians: the machines are
 shared and noisy. Nothing here is asserted in tests.
 """
@@ -89,13 +90,16 @@ def run_benchmark(model: LoadedModel, repeats: int = 20) -> dict[str, Any]:
     engine.fill(request(*cases[0]))
     report: dict[str, Any] = {}
     rows: dict[str, tuple[list[float], list[int], list[int]]] = {
-        k: ([], [], []) for k in ("cold", "warm", "no_drafter", "baseline_l2r")
+        k: ([], [], []) for k in ("cold", "warm", "drafter_on", "drafter_off", "baseline_l2r")
     }
     drafted: list[int] = []
+    warm_started = 0
+    reused: list[float] = []
     for prefix, suffix in cases:
         for name, kw in (
             ("cold", {}),
-            ("no_drafter", {"use_drafter": False}),
+            ("drafter_on", {"use_drafter": True}),
+            ("drafter_off", {"use_drafter": False}),
             ("baseline_l2r", {"sampler": l2r, "use_drafter": False}),
         ):
             engine.reset()
@@ -105,8 +109,9 @@ def run_benchmark(model: LoadedModel, repeats: int = 20) -> dict[str, Any]:
             rows[name][0].append(ms)
             rows[name][1].append(r.steps)
             rows[name][2].append(_fill_tokens(engine, r.text))
-            if name == "cold":
+            if name == "drafter_on":
                 drafted.append(r.drafted)
+            if name == "cold":
                 typed = r.text[:1] if r.text[:1].strip() else " "
                 # warm: the same context plus one typed character
                 t0 = time.perf_counter()
@@ -115,14 +120,19 @@ def run_benchmark(model: LoadedModel, repeats: int = 20) -> dict[str, Any]:
                 rows["warm"][0].append(wms)
                 rows["warm"][1].append(w.steps)
                 rows["warm"][2].append(_fill_tokens(engine, w.text))
-                # restore the cold request's state for the next scenario
+                warm_started += w.warm_start
+                reused.append(w.reused_tokens / max(1, w.context_tokens))
     for name, (times, steps, toks) in rows.items():
         report[name] = _summary(times, steps, toks)
-    report["cold"]["drafted_positions"] = round(statistics.mean(drafted), 2)
+    report["drafter_on"]["drafted_positions"] = round(statistics.mean(drafted), 2)
+    report["warm"]["warm_start_share"] = round(warm_started / len(cases), 2)
+    report["warm"]["context_reused_share"] = round(statistics.mean(reused), 3)
     cold_steps = report["cold"]["steps_per_fill"]
     report["ratios"] = {
         "baseline_steps_over_default": round(report["baseline_l2r"]["steps_per_fill"] / max(cold_steps, 1e-9), 2),
-        "no_drafter_steps_over_drafter": round(report["no_drafter"]["steps_per_fill"] / max(cold_steps, 1e-9), 2),
+        "drafter_off_steps_over_drafter_on": round(
+            report["drafter_off"]["steps_per_fill"] / max(report["drafter_on"]["steps_per_fill"], 1e-9), 2
+        ),
     }
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     report["peak_rss_mb"] = round(rss / (1024 * 1024 if sys.platform == "darwin" else 1024), 1)
@@ -130,6 +140,8 @@ def run_benchmark(model: LoadedModel, repeats: int = 20) -> dict[str, Any]:
         "model": str(model.path),
         "backend": model.backend,
         "strategy": base.strategy,
+        "entropy_bound": base.entropy_bound,
+        "drafter_default": bool(model.defaults.get("drafter", True)),
         "max_steps": base.max_steps,
         "context_tokens": CONTEXT_TOKENS,
         "canvas_tokens": CANVAS_TOKENS,

@@ -81,7 +81,7 @@ def _request(args: argparse.Namespace, engine: Any, prefix: str, suffix: str, la
         candidates=getattr(args, "candidates", 1),
         seed=args.seed,
         sampler=_sampler_from_args(args, engine.default_sampler()),
-        use_drafter=not args.no_drafter,
+        use_drafter=None if args.drafter is None else args.drafter == "on",
     )
 
 
@@ -186,7 +186,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         tasks=args.tasks,
         seed=args.seed or 0,
         sampler=_sampler_from_args(args, engine.default_sampler()),
-        use_drafter=not args.no_drafter,
+        use_drafter=None if args.drafter is None else args.drafter == "on",
     )
     sys.stdout.write(json.dumps(report, indent=2) + "\n")
     return 0
@@ -242,7 +242,11 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--strategy", choices=STRATEGIES)
     gen.add_argument("--steps", type=int, help="maximum denoising steps")
     gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--no-drafter", action="store_true", help="do not initialise the canvas from the context")
+    gen.add_argument(
+        "--drafter",
+        choices=["on", "off"],
+        help="start the canvas from tokens copied out of the context (default: the model's setting)",
+    )
 
     p = argparse.ArgumentParser(prog="diffusion-infill", description="Code infill with a diffusion language model.")
     sub = p.add_subparsers(dest="command", required=True)

@@ -26,7 +26,7 @@ def evaluate_dir(
     tasks: int = 100,
     seed: int = 0,
     sampler: SamplerConfig | None = None,
-    use_drafter: bool = True,
+    use_drafter: bool | None = None,
 ) -> dict[str, Any]:
     if not data.is_dir():
         raise InputError(f"eval data directory not found: {data}")

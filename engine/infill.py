@@ -61,7 +61,7 @@ class InfillRequest:
     deadline: float | None = None  # time.monotonic() value
     cancel: Callable[[], bool] | None = None
     sampler: SamplerConfig | None = None  # None: the model's defaults
-    use_drafter: bool = True
+    use_drafter: bool | None = None  # None: the model's default
     warm_start: bool = True
     on_draft: Callable[[int, list[str]], None] | None = None  # step, text of each candidate
 
@@ -228,7 +228,8 @@ class InfillEngine:
             typed = req.prefix[len(prev.prefix) :]
             if typed and prev.text.startswith(typed) and len(prev.text) > len(typed):
                 return self.tok.encode(prev.text[len(typed) :])[:c], True
-        if req.use_drafter:
+        use_drafter = req.use_drafter if req.use_drafter is not None else bool(self.defaults.get("drafter", True))
+        if use_drafter:
             sp = self.tok.special
             ctx = [*suffix_ids, sp.prefix, *prefix_ids]
             stops = (sp.suffix, sp.prefix, sp.middle, sp.pad, sp.eof)

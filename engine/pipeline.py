@@ -14,8 +14,18 @@ from engine.training import TrainConfig, load_recipe, read_corpus, recipe_json, 
 
 log = logging.getLogger(__name__)
 
-# Infill and sampling defaults written into the model's config.json.
-DEFAULTS = {"canvas_tokens": 32, "context_tokens": 1024, "max_steps": 32, "strategy": "entropy_bound"}
+# Infill and sampling defaults written into the model's config.json, chosen with
+# bench/sampler_sweep.py for the first model (docs/engine.md): the context it was trained
+# on, and the entropy bound that gave the fewest steps at the best exact match. The
+# prompt-lookup drafter did not save steps for it, so it is off.
+DEFAULTS = {
+    "canvas_tokens": 32,
+    "context_tokens": 256,
+    "max_steps": 32,
+    "strategy": "entropy_bound",
+    "entropy_bound": 16.0,
+    "drafter": False,
+}
 
 
 def resolve_corpus(entries: list[str]) -> list[str]:

@@ -8,7 +8,7 @@ Two canvas regimes (a model's config says which):
 
 - absorbing (MDLM / LLaDA): the canvas starts as mask tokens; each step the strategy
   picks positions to lock; locked tokens never change. Positions after a locked
-  end-of-fill token become padding and are locked too.
+  end-of-fill or padding token become padding and are locked too.
 - uniform (DiffusionGemma): the canvas starts as random tokens; each step the strategy
   accepts positions from the sampled prediction and every other position is renoised
   with fresh random tokens; the answer is the argmax canvas. This mirrors transformers'
@@ -62,6 +62,7 @@ class SamplerConfig:
     stability_threshold: int = 1  # steps the argmax canvas must stay the same ...
     stop_entropy: float = 0.005  # ... while the mean entropy is below this, to stop early
     draft_confidence: float = 0.5  # a drafted token is kept if the model's argmax agrees this surely
+    end_confidence: float = 0.9  # absorbing: lock padding at the leftmost position this sure of it
     seed: int | None = None
 
     def __post_init__(self) -> None:
@@ -185,14 +186,26 @@ def select_positions(
     return xp.logical_and(_rank(masked) < k, open_)
 
 
-def pad_after_eof(canvas: Any, locked: Any, eof_id: int, pad_id: int) -> tuple[Any, Any]:
-    """Absorbing regime: positions after a locked end-of-fill become locked padding."""
+def pad_after_end(canvas: Any, locked: Any, eof_id: int, pad_id: int) -> tuple[Any, Any]:
+    """Absorbing regime: a canvas is fill, end-of-fill, then padding to the end. So every
+    position after a locked end-of-fill or a locked pad becomes locked padding."""
     xp = array_api_compat.array_namespace(canvas)
-    is_eof = xp.logical_and(locked, canvas == eof_id)
-    seen = xp.cumulative_sum(xp.astype(is_eof, xp.int32), axis=-1)
-    after = xp.logical_and(seen > 0, xp.logical_not(is_eof)) | (seen > 1)
+    is_end = xp.logical_and(locked, xp.logical_or(canvas == eof_id, canvas == pad_id))
+    seen = xp.cumulative_sum(xp.astype(is_end, xp.int32), axis=-1)
+    after = (seen - xp.astype(is_end, xp.int32)) > 0  # strictly after the first end
     canvas = xp.where(after, xp.asarray(pad_id, dtype=canvas.dtype, device=array_api_compat.device(canvas)), canvas)
     return canvas, xp.logical_or(locked, after)
+
+
+def leftmost_end(logp: Any, open_: Any, pad_id: int, threshold: float) -> Any:
+    """(B, C) bool: per row, the leftmost open position whose padding probability
+    reaches `threshold` (none when no position does)."""
+    xp = array_api_compat.array_namespace(logp)
+    sure = xp.logical_and(open_, xp.exp(logp[..., pad_id]) >= threshold)  # (B, C)
+    c = sure.shape[-1]
+    idx = xp.arange(c, device=array_api_compat.device(logp))
+    first = xp.min(xp.where(sure, idx, c), axis=-1, keepdims=True)  # (B, 1); c when none
+    return idx == first
 
 
 class StableAndConfident:
@@ -273,6 +286,7 @@ def run(
     if absorbing:
         assert info.mask_id is not None
         mask_tok = xp.asarray(info.mask_id, dtype=canvas.dtype, device=dev)
+        pad_tok = xp.asarray(info.pad_id, dtype=canvas.dtype, device=dev)
     confidence = xp.where(fixed, xp.ones((b, c), dtype=xp.float32, device=dev), 0.0)
     argmax_canvas = canvas
     finished = no[:, 0]
@@ -319,7 +333,18 @@ def run(
         pred_lp = xp.squeeze(xp.take_along_axis(logp, xp.expand_dims(pred, axis=-1), axis=-1), axis=-1)
         # 5. which positions to accept
         open_ = xp.logical_not(locked) if absorbing else xp.logical_not(fixed)
-        accept = select_positions(cfg.strategy, cfg, ent, xp.exp(top_lp), open_)
+        choose = open_
+        if absorbing:
+            # content is chosen by the strategy, length by the end rule below: positions
+            # that would be padding wait, unless nothing else is left
+            content = xp.logical_and(open_, new_argmax != pad_tok)
+            choose = xp.where(xp.any(content, axis=-1, keepdims=True), content, open_)
+        accept = select_positions(cfg.strategy, cfg, ent, xp.exp(top_lp), choose)
+        if absorbing:
+            # the fill's length: padding at the leftmost open position that is surely
+            # padding (pad_after_end then locks everything after it)
+            accept = xp.logical_or(accept, leftmost_end(logp, open_, info.pad_id, cfg.end_confidence))
+            pred = xp.where(accept & (xp.exp(logp[..., info.pad_id]) >= cfg.end_confidence), pad_tok, pred)
         if step == 0:
             # drafts the model agrees with, confidently, are verified in this one pass
             agree = xp.logical_and(pred == canvas, xp.exp(pred_lp) >= cfg.draft_confidence)
@@ -329,7 +354,7 @@ def run(
             new_canvas = xp.where(accept, pred, xp.where(locked, canvas, mask_tok))
             confidence = xp.where(accept, xp.exp(pred_lp), confidence)
             new_locked = xp.logical_or(locked, accept)
-            new_canvas, new_locked = pad_after_eof(new_canvas, new_locked, info.eof_id, info.pad_id)
+            new_canvas, new_locked = pad_after_end(new_canvas, new_locked, info.eof_id, info.pad_id)
             confidence = xp.where(xp.logical_and(new_locked, xp.logical_not(locked | accept)), 1.0, confidence)
         else:
             accepted = xp.where(accept, pred, canvas)
@@ -363,7 +388,7 @@ def run(
     if absorbing:
         # anything still masked (early stop) takes the latest argmax
         tokens = xp.where(locked, canvas, argmax_canvas)
-        tokens, _ = pad_after_eof(tokens, xp.ones_like(locked), info.eof_id, info.pad_id)
+        tokens, _ = pad_after_end(tokens, xp.ones_like(locked), info.eof_id, info.pad_id)
     else:
         tokens = argmax_canvas
     return SampleResult(
