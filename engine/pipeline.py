@@ -40,14 +40,15 @@ def run_training(recipe: Path, out: Path, resume: Path | None = None) -> dict[st
     log.info("corpus: %d training files, %d held out", len(train_texts), len(held))
     if not train_texts:
         raise ValueError(f"no training files found under {', '.join(dirs)}")
-    tok = train_tokenizer(train_texts, cfg.vocab_size)
     model = None
-    if resume is not None:
+    if resume is not None:  # continue from a model directory: its weights and tokenizer
         from engine.modeldir import load_model
 
         loaded = load_model(resume, backend="torch")
         model = loaded.denoiser.model  # type: ignore[attr-defined]
         tok = loaded.tokenizer
+    else:
+        tok = train_tokenizer(train_texts, cfg.vocab_size)
     t0 = time.monotonic()
 
     def progress(step: int, loss: float, held_loss: float | None) -> None:

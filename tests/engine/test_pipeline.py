@@ -55,6 +55,18 @@ def test_train_export_eval(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     np.testing.assert_allclose(after.denoiser.denoise(after.denoiser.encode(ids), canvas), want, atol=1e-5)
     capsys.readouterr()
 
+    # train --resume continues from the directory's weights and tokenizer
+    resumed = tmp_path / "resumed"
+    assert main(["train", "--recipe", str(recipe), "--out", str(resumed), "--resume", str(out)]) == 0
+    capsys.readouterr()
+    assert (resumed / "tokenizer.json").read_text() == (out / "tokenizer.json").read_text()
+    from safetensors.numpy import load_file
+
+    a, b = load_file(str(out / "model.safetensors")), load_file(str(resumed / "model.safetensors"))
+    # the same recipe from scratch reproduces `out` exactly (fixed seed, CPU); so weights
+    # that differ were trained further from `out`'s
+    assert a.keys() == b.keys() and any(not np.array_equal(a[k], b[k]) for k in a)
+
     assert main(["eval", "--model", str(out), "--data", str(FIXTURE_CODE), "--tasks", "2"]) == 0
     report = json.loads(capsys.readouterr().out)
     for kind in ("rest_of_line", "lines", "random_span"):
