@@ -190,3 +190,18 @@ def test_console_script_runs_the_shipped_model(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "middle" in json.loads(proc.stdout)
+
+
+def test_batch_reads_stdin_and_writes_stdout(tiny_model_dir: Path) -> None:
+    lines = [{"id": i, "prefix": f"x{i} = ", "suffix": "\n"} for i in range(3)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "batch", "--model", str(tiny_model_dir)],
+        input="".join(json.dumps(x) + "\n" for x in lines),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(x) for x in proc.stdout.splitlines()]
+    assert [r["id"] for r in rows] == [0, 1, 2]
+    assert all({"middle", "steps", "total_ms"} <= set(r) for r in rows)
