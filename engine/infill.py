@@ -253,8 +253,13 @@ class InfillEngine:
         cfg = req.sampler or self.default_sampler()
         if req.seed is not None and cfg.seed is None:
             cfg = replace(cfg, seed=req.seed)
+        row_temperature = None
         if b > 1 and cfg.greedy:
-            cfg = replace(cfg, greedy=False, t_max=CANDIDATE_TEMPERATURE, t_min=CANDIDATE_TEMPERATURE)
+            # row 0 stays the greedy fill at the model's temperature; the others are sampled
+            cfg = replace(cfg, greedy=False)
+            factors = np.full((b, 1, 1), CANDIDATE_TEMPERATURE, dtype=np.float32)
+            factors[0] = 1.0
+            row_temperature = self.den.as_array(factors)
         rng = self.den.random_source(cfg.seed)
         canvas = initial_canvas(self.den, b, c, rng)
         proposal, warm = self._proposals(req, prefix_ids, suffix_ids, c)
@@ -273,7 +278,7 @@ class InfillEngine:
 
             def on_step(view: StepView) -> None:
                 rows = np.asarray(_to_host(view.argmax_canvas))
-                cb(view.step, [self._decode_row(r, None)[0] for r in rows])
+                cb(view.step, [self._decode_row(r)[0] for r in rows])
 
         # 5. sample
         result = run(
@@ -282,8 +287,9 @@ class InfillEngine:
             canvas,
             cfg,
             rng,
-            draft=self._as_bool(draft_mask) if proposal else None,
-            greedy_rows=self._as_bool(greedy_rows),
+            draft=self.den.as_array(draft_mask) if proposal else None,
+            greedy_rows=self.den.as_array(greedy_rows),
+            row_temperature=row_temperature,
             deadline=req.deadline,
             cancel=req.cancel,
             on_step=on_step,
@@ -293,10 +299,10 @@ class InfillEngine:
         # 6. decode and rank
         cands: list[Candidate] = []
         seen: set[str] = set()
-        for row, conf in zip(result.tokens, result.confidence, strict=True):
-            text, n = self._decode_row(row, conf)
-            if text in seen:
-                continue
+        for i, (row, conf) in enumerate(zip(result.tokens, result.confidence, strict=True)):
+            text, n = self._decode_row(row)
+            if text in seen or (i > 0 and not text.strip()):
+                continue  # duplicates, and empty alternatives, are no use to anyone
             seen.add(text)
             cands.append(
                 Candidate(text=text, token_ids=[int(t) for t in row[:n]], confidence=[float(x) for x in conf[:n]])
@@ -318,17 +324,13 @@ class InfillEngine:
             warnings=warnings,
         )
 
-    def _as_bool(self, arr: np.ndarray) -> object:
-        out = self.den.as_array(arr.astype(np.int64))
-        return out == 1
-
-    def _decode_row(self, row: np.ndarray, conf: np.ndarray | None) -> tuple[str, int]:
-        """Text up to end-of-fill (mask and pad dropped) and the number of tokens kept."""
+    def _decode_row(self, row: np.ndarray) -> tuple[str, int]:
+        """The fill's text and length: tokens before the first end-of-fill or padding
+        (a mask left by an early stop is dropped from the text)."""
         sp = self.tok.special
         ids = [int(t) for t in row]
-        n = ids.index(sp.eof) if sp.eof in ids else len(ids)
-        kept = [t for t in ids[:n] if t not in (sp.pad, sp.mask)]
-        return self.tok.decode(kept), n
+        n = next((i for i, t in enumerate(ids) if t in (sp.eof, sp.pad)), len(ids))
+        return self.tok.decode([t for t in ids[:n] if t != sp.mask]), n
 
 
 def _to_host(x: object) -> object:

@@ -258,6 +258,7 @@ def run(
     fixed: Any | None = None,
     draft: Any | None = None,
     greedy_rows: Any | None = None,
+    row_temperature: Any | None = None,
     deadline: float | None = None,
     cancel: Callable[[], bool] | None = None,
     on_step: Callable[[StepView], None] | None = None,
@@ -271,6 +272,8 @@ def run(
         the uniform regime they are simply the starting tokens.
     greedy_rows: (B,) bool, rows that take the argmax even when cfg.greedy is False
         (the first of several candidates is the most likely fill).
+    row_temperature: (B, 1, 1) float, a per-row factor on the schedule's temperature
+        (1.0 for the greedy row, higher for sampled candidates); None: 1.0 for all.
     deadline: time.monotonic() value after which the loop stops with what it has.
     cancel: checked between steps; True stops the loop.
     """
@@ -314,7 +317,8 @@ def run(
         steps += 1
         row_steps = row_steps + xp.astype(xp.logical_not(finished), xp.int64)
         # 3. temperature
-        proc = logits / cfg.temperature(cfg.max_steps - step)
+        temp = cfg.temperature(cfg.max_steps - step)
+        proc = logits / temp if row_temperature is None else logits / (row_temperature * temp)
         if suppress is not None:
             proc = xp.where(suppress, xp.asarray(-1.0e30, dtype=proc.dtype, device=dev), proc)
         logp = log_softmax(proc)  # (B, C, V) float32
@@ -350,6 +354,7 @@ def run(
             agree = xp.logical_and(pred == canvas, xp.exp(pred_lp) >= cfg.draft_confidence)
             accept = xp.logical_or(accept, xp.logical_and(draft, agree))
         # 6. update the canvas
+        prev_confidence = confidence
         if absorbing:
             new_canvas = xp.where(accept, pred, xp.where(locked, canvas, mask_tok))
             confidence = xp.where(accept, xp.exp(pred_lp), confidence)
@@ -371,6 +376,8 @@ def run(
         keep = xp.expand_dims(finished, axis=-1)
         new_argmax = xp.where(keep, argmax_canvas, new_argmax)
         new_canvas = xp.where(keep, canvas, new_canvas)
+        new_locked = xp.where(keep, locked, new_locked)
+        confidence = xp.where(keep, prev_confidence, confidence)
         if self_cond is not None:
             proc = xp.where(xp.expand_dims(keep, axis=-1), self_cond, proc)
         # 7. stopping

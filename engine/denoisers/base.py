@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+import numpy as np
+
 Regime = Literal["absorbing", "uniform"]
 
 
@@ -43,6 +45,17 @@ class EncodedContext:
     nbytes: int = 0  # approximate memory held, for the bounded cache
 
 
+def host_array(values: Any) -> np.ndarray:
+    """A numpy array with the dtypes the backends use: integers as int64, floats as
+    float32, booleans as bool."""
+    arr = np.asarray(values)
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64, copy=False)
+    if arr.dtype.kind == "f":
+        return arr.astype(np.float32, copy=False)
+    return arr
+
+
 @runtime_checkable
 class Denoiser(Protocol):
     """A bidirectional denoiser with a cached causal context encoder."""
@@ -65,7 +78,7 @@ class Denoiser(Protocol):
         ...
 
     def as_array(self, values: Any) -> Any:
-        """Convert a nested list / numpy array of ints to this backend's array type."""
+        """A nested list or numpy array as this backend's array type (see `host_array`)."""
         ...
 
     def random_source(self, seed: int | None) -> RandomSource:

@@ -34,7 +34,7 @@ except ImportError as exc:
         "Install them with: pip install 'diffusion-lsp[torch]'"
     ) from exc
 
-from engine.denoisers.base import DenoiserInfo, EncodedContext
+from engine.denoisers.base import DenoiserInfo, EncodedContext, host_array
 from engine.denoisers.kv import common_prefix_len
 from engine.denoisers.torch import TorchRandomSource
 from engine.errors import ModelLoadError
@@ -203,8 +203,8 @@ class DiffusionGemmaDenoiser:
         return self.model.device
 
     def as_array(self, values: Any) -> torch.Tensor:
-        """Nested list / numpy array of ints -> int64 tensor on the model's device."""
-        return torch.as_tensor(values, dtype=torch.long, device=self.device)
+        """A nested list / numpy array -> a tensor on the model's device (see host_array)."""
+        return torch.from_numpy(host_array(values)).to(self.device)
 
     def random_source(self, seed: int | None) -> TorchRandomSource:
         return TorchRandomSource(seed, self.device)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.denoisers.base import DenoiserInfo, RandomSource
+from engine.denoisers.base import DenoiserInfo, RandomSource, host_array
 from engine.denoisers.kv import KVDenoiser
 from engine.errors import ModelLoadError
 
@@ -89,7 +89,7 @@ class OnnxDenoiser(KVDenoiser):
         return int(keys.nbytes)
 
     def as_array(self, values: Any) -> np.ndarray:
-        return np.asarray(values, dtype=np.int64)
+        return host_array(values)
 
     def random_source(self, seed: int | None) -> RandomSource:
         return NumpyRandomSource(seed)

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from engine.denoisers.base import DenoiserInfo, RandomSource
+from engine.denoisers.base import DenoiserInfo, RandomSource, host_array
 from engine.denoisers.kv import KVDenoiser
 from engine.model import DiffusionCoder
 
@@ -63,7 +63,7 @@ class TorchDenoiser(KVDenoiser):
         return int(keys.numel() * keys.element_size())
 
     def as_array(self, values: Any) -> torch.Tensor:
-        return torch.as_tensor(values, dtype=torch.long, device=self.device)
+        return torch.from_numpy(host_array(values)).to(self.device)
 
     def random_source(self, seed: int | None) -> RandomSource:
         return TorchRandomSource(seed, self.device)

@@ -107,3 +107,43 @@ def test_trims_stay_within_budget_and_keep_the_nearest_text(engine: InfillEngine
     if len(enc(text)) <= budget:
         assert pre == suf == enc(text)
     assert text.endswith(dec(pre)) or len(pre) == budget  # a cut inside one huge line keeps its end
+
+
+@pytest.fixture(scope="module")
+def shipped() -> InfillEngine:
+    """The shipped model: unlike the random tiny one, its predictions are peaked."""
+    return InfillEngine(load_model())
+
+
+CURSORS = [SOURCE.index(s) + len(s) for s in ("return sum(", "def names(self) -> ", "if quantity > ", "inventory.add(")]
+
+
+@pytest.mark.parametrize("cut", CURSORS)
+def test_the_first_of_several_candidates_is_the_single_fill(shipped: InfillEngine, cut: int) -> None:
+    req = dict(prefix=SOURCE[:cut], suffix=SOURCE[cut:])
+    one = shipped.fill(InfillRequest(**req))  # type: ignore[arg-type]
+    many = shipped.fill(InfillRequest(candidates=4, **req))  # type: ignore[arg-type]
+    assert many.candidates[0].token_ids == one.candidates[0].token_ids
+    assert many.candidates[0].confidence == pytest.approx(one.candidates[0].confidence, abs=1e-5)
+
+
+@pytest.mark.parametrize("cut", CURSORS)
+def test_fills_stop_at_the_end_and_carry_a_confidence_per_token(shipped: InfillEngine, cut: int) -> None:
+    r = shipped.fill(InfillRequest(prefix=SOURCE[:cut], suffix=SOURCE[cut:], candidates=3))
+    sp = shipped.tok.special
+    for c in r.candidates:
+        assert not {sp.eof, sp.pad, sp.mask} & set(c.token_ids)
+        assert len(c.confidence) == len(c.token_ids)
+        assert shipped.tok.decode(c.token_ids) == c.text
+    assert all(c.text.strip() for c in r.candidates[1:])  # empty alternatives are dropped
+
+
+def test_typing_the_start_of_the_fill_starts_warm(shipped: InfillEngine) -> None:
+    cut = CURSORS[1]
+    shipped.reset()
+    first = shipped.fill(InfillRequest(prefix=SOURCE[:cut], suffix=SOURCE[cut:]))
+    assert len(first.text) > 1, "the shipped model should propose something here"
+    typed = first.text[0]
+    again = shipped.fill(InfillRequest(prefix=SOURCE[:cut] + typed, suffix=SOURCE[cut:]))
+    assert again.warm_start and again.drafted > 0
+    assert again.reused_tokens >= again.context_tokens - 4
