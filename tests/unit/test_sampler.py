@@ -320,3 +320,16 @@ def test_seeded_sampling_is_deterministic_on_the_absorbing_canvas(lib: str) -> N
     assert runs[0].tokens.tolist() == runs[1].tokens.tolist()
     other = sample(FakeDenoiser(TARGET, sharp, lib), replace(cfg, seed=12), b=2)[0]
     assert other.tokens.tolist() != runs[0].tokens.tolist()  # flat logits: the seed matters
+
+
+def test_a_row_that_stops_early_keeps_no_mask(lib: str) -> None:
+    # row 0 becomes stable and confident enough (mean entropy < 2) at step 2 with open
+    # positions left; row 1 (mean entropy > 2) goes on locking one position a step
+    early = FakeDenoiser([5, 6, 7, 8, 9, 10, 11, 12], [20.0, 20.0] + [3.0] * 6, lib)
+    late = FakeDenoiser([5, 6, 7, 8, 9, 10, 11, 12], [1.0] * 8, lib)
+    den = RowsDenoiser([early, late])
+    cfg = SamplerConfig(strategy="entropy_bound", entropy_bound=0.01, stop_entropy=2.0, stability_threshold=1)
+    res, _ = sample(den, cfg, b=2)
+    assert res.row_steps[0] == 2 and res.row_steps[1] > 2
+    assert res.tokens[0].tolist() == [5, 6, 7, 8, 9, 10, 11, 12]  # open positions took the argmax
+    assert MASK not in res.tokens.tolist()[0]
