@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from engine.errors import EngineError, InputError
 from engine.modeldir import BACKENDS, DEFAULT_MODEL_DIR, load_model
@@ -40,9 +41,13 @@ def read_text(path: Path, what: str) -> str:
         return raw.decode("utf-8", errors="replace")
 
 
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)?")
+
+
 def split_at(text: str, line: int, col: int) -> tuple[str, str]:
-    """Split at a 1-based line and column (column counts characters, as editors show)."""
-    lines = text.splitlines(keepends=True) or [""]
+    """Split at a 1-based line and column, as editors count them: lines end at \\n, \\r\\n
+    or \\r only (not at form feeds or Unicode separators); columns count characters."""
+    lines = [m.group(0) for m in _LINE.finditer(text) if m.group(0)] or [""]
     if text.endswith(("\n", "\r")):
         lines.append("")
     if not 1 <= line <= len(lines):
@@ -58,7 +63,7 @@ def _sampler_from_args(args: argparse.Namespace, base: SamplerConfig) -> Sampler
     changes: dict[str, Any] = {}
     if args.strategy:
         changes["strategy"] = args.strategy
-    if args.steps:
+    if args.steps is not None:
         changes["max_steps"] = args.steps
     return replace(base, **changes) if changes else base
 
@@ -130,33 +135,57 @@ def cmd_fill(args: argparse.Namespace) -> int:
     return 0
 
 
-def _jsonl(stream: TextIO) -> Iterator[tuple[int, str]]:
-    for n, line in enumerate(stream, 1):
+def _jsonl(stream: BinaryIO, name: str) -> Iterator[tuple[int, str]]:
+    """Non-blank lines as text; invalid UTF-8 is replaced, with a warning naming the line."""
+    for n, raw in enumerate(stream, 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            log.warning("%s line %d is not valid UTF-8; undecodable bytes were replaced with U+FFFD", name, n)
+            line = raw.decode("utf-8", errors="replace")
         if line.strip():
             yield n, line
 
 
+def _open(path: Path, mode: str, what: str) -> Any:
+    try:
+        return open(path, mode)  # noqa: SIM115 - closed by the caller
+    except OSError as exc:
+        raise InputError(f"cannot open {what} {path}: {exc.strerror}") from None
+
+
+def _batch_item(line: str) -> dict[str, Any]:
+    item = json.loads(line)
+    if not isinstance(item, dict) or not isinstance(item.get("prefix"), str):
+        raise InputError("each line needs an object with a string 'prefix'")
+    if not isinstance(item.get("suffix", ""), str):
+        raise InputError("'suffix' must be a string")
+    return item
+
+
 def cmd_batch(args: argparse.Namespace) -> int:
-    """One result line per input line, in order; a bad line gets an error line, not a crash."""
-    engine = _engine(args)
-    src: TextIO = open(args.input, encoding="utf-8", errors="replace") if args.input else sys.stdin  # noqa: SIM115
-    dst: TextIO = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+    """One result line per input line, in order; a bad line gets an error line and the
+    batch goes on. Exit status 1 when any line failed."""
+    src: BinaryIO = _open(args.input, "rb", "batch input") if args.input else sys.stdin.buffer
+    dst: TextIO = _open(args.output, "w", "batch output") if args.output else sys.stdout
     failures = 0
     try:
-        for n, line in _jsonl(src):
+        engine = _engine(args)
+        for n, line in _jsonl(src, str(args.input or "stdin")):
+            item: dict[str, Any] = {}
             try:
-                item = json.loads(line)
-                if not isinstance(item, dict) or not isinstance(item.get("prefix", None), str):
-                    raise InputError("each line needs an object with a string 'prefix'")
-                suffix = item.get("suffix", "")
-                if not isinstance(suffix, str):
-                    raise InputError("'suffix' must be a string")
-                result = engine.fill(_request(args, engine, item["prefix"], suffix, item.get("language")))
+                item = _batch_item(line)
+                result = engine.fill(
+                    _request(args, engine, item["prefix"], item.get("suffix", ""), item.get("language"))
+                )
                 out = result_json(result, id=item.get("id", n))
-            except (json.JSONDecodeError, InputError) as exc:
+            except Exception as exc:  # one bad request must not lose the rest of the batch
                 failures += 1
-                out = {"id": n, "error": f"line {n}: {exc}"}
-                log.warning("line %d skipped: %s", n, exc)
+                reason = (
+                    str(exc) if isinstance(exc, (InputError, json.JSONDecodeError)) else f"{type(exc).__name__}: {exc}"
+                )
+                out = {"id": item.get("id", n), "error": f"line {n}: {reason}"}
+                log.warning("line %d skipped: %s", n, reason)
             dst.write(json.dumps(out) + "\n")
             dst.flush()
     finally:
@@ -199,7 +228,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise InputError(f"training needs torch: pip install 'diffusion-lsp[torch]' ({exc})") from exc
     if not args.recipe.is_file():
         raise InputError(f"recipe not found: {args.recipe}")
-    summary = run_training(args.recipe, args.out, resume=args.resume)
+    try:
+        summary = run_training(args.recipe, args.out, resume=args.resume)
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise InputError(f"recipe {args.recipe} is not valid: {exc}") from None
     sys.stdout.write(json.dumps(summary) + "\n")
     return 0
 
@@ -227,20 +259,46 @@ def setup_logging(verbose: bool) -> None:
         logger.propagate = False
 
 
+MAX_CANDIDATES = 16  # a batch of B canvases costs B times the memory of one
+
+
+def _int_in(lo: int, hi: int | None = None) -> Any:
+    """argparse type: an integer in [lo, hi], with a message that names the range."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < lo or (hi is not None and value > hi):
+            raise argparse.ArgumentTypeError(
+                f"{value} is not in {lo}..{hi}" if hi is not None else f"{value} is below {lo}"
+            )
+        return value
+
+    return parse
+
+
+def _device(text: str) -> str:
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device: use cpu, cuda or cuda:N")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--model", type=Path, default=DEFAULT_MODEL_DIR, help="model directory (default: the shipped model)"
     )
     common.add_argument("--backend", choices=BACKENDS, default="auto")
-    common.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    common.add_argument("--device", type=_device, default="cpu", help="cpu, cuda or cuda:N")
     common.add_argument("-v", "--verbose", action="store_true")
 
     gen = argparse.ArgumentParser(add_help=False)
     gen.add_argument("--canvas-tokens", type=int, help="fill length budget in tokens")
     gen.add_argument("--context-tokens", type=int, help="context budget in tokens")
     gen.add_argument("--strategy", choices=STRATEGIES)
-    gen.add_argument("--steps", type=int, help="maximum denoising steps")
+    gen.add_argument("--steps", type=_int_in(1, 1024), help="maximum denoising steps")
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument(
         "--drafter",
@@ -253,12 +311,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     f = sub.add_parser("fill", parents=[common, gen], help="fill at a position and print the fill")
     f.add_argument("--file", type=Path)
-    f.add_argument("--line", type=int, help="1-based line of the cursor")
-    f.add_argument("--col", type=int, help="1-based column of the cursor")
+    f.add_argument("--line", type=_int_in(1), help="1-based line of the cursor")
+    f.add_argument("--col", type=_int_in(1), help="1-based column of the cursor")
     f.add_argument("--prefix-file", type=Path)
     f.add_argument("--suffix-file", type=Path)
     f.add_argument("--language")
-    f.add_argument("--candidates", type=int, default=1)
+    f.add_argument("--candidates", type=_int_in(1, MAX_CANDIDATES), default=1, help="alternatives, in one batch")
     f.add_argument("--json", action="store_true", help="print the full result as JSON")
     f.set_defaults(func=cmd_fill)
 
@@ -269,12 +327,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     be = sub.add_parser("bench", parents=[common], help="latency and steps benchmark, JSON on stdout")
     be.add_argument("--json", action="store_true", help="one line of JSON")
-    be.add_argument("--repeats", type=int, default=20)
+    be.add_argument("--repeats", type=_int_in(1), default=20)
     be.set_defaults(func=cmd_bench)
 
     e = sub.add_parser("eval", parents=[common, gen], help="exact match and steps on held-out files")
     e.add_argument("--data", type=Path, required=True, help="directory of source files")
-    e.add_argument("--tasks", type=int, default=100, help="tasks per kind")
+    e.add_argument("--tasks", type=_int_in(1), default=100, help="tasks per kind")
     e.set_defaults(func=cmd_eval)
 
     t = sub.add_parser("train", parents=[common], help="train a model directory from a recipe")

@@ -192,7 +192,11 @@ class InfillEngine:
         self, req: InfillRequest, warnings: list[str], canvas: int
     ) -> tuple[list[int], list[int], list[int]]:
         """(context ids, prefix ids, suffix ids) within the budget."""
-        budget = req.context_tokens or int(self.defaults.get("context_tokens", DEFAULT_CONTEXT_TOKENS))
+        budget = (
+            req.context_tokens
+            if req.context_tokens is not None
+            else int(self.defaults.get("context_tokens", DEFAULT_CONTEXT_TOKENS))
+        )
         room = self.den.info.max_positions - canvas
         if budget > room:
             warnings.append(f"context budget {budget} exceeds what the model holds with the canvas; using {room}")
@@ -238,6 +242,9 @@ class InfillEngine:
 
     def fill(self, req: InfillRequest) -> InfillResult:
         warnings: list[str] = []
+        req = replace(
+            req, prefix=_valid_text(req.prefix, "prefix", warnings), suffix=_valid_text(req.suffix, "suffix", warnings)
+        )
         c = self.canvas_length(req, warnings)
         b = max(1, int(req.candidates))
         ctx_ids, prefix_ids, suffix_ids = self.build_context(req, warnings, c)
@@ -331,6 +338,16 @@ class InfillEngine:
         ids = [int(t) for t in row]
         n = next((i for i, t in enumerate(ids) if t in (sp.eof, sp.pad)), len(ids))
         return self.tok.decode([t for t in ids[:n] if t != sp.mask]), n
+
+
+def _valid_text(text: str, what: str, warnings: list[str]) -> str:
+    """`text`, with lone surrogates (not valid Unicode, e.g. from JSON "\\ud800") replaced."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        warnings.append(f"the {what} holds characters that are not valid Unicode; they were replaced with U+FFFD")
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
 def _to_host(x: object) -> object:

@@ -147,7 +147,7 @@ def load_model(path: Path | None = None, backend: str = "auto", device: str = "c
         _require(path, ENCODE_FILE, DENOISE_FILE)
         from engine.denoisers.onnx import OnnxDenoiser
 
-        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device.startswith("cuda") else None
+        providers = _onnx_providers(device)
         head_dim = int(arch["d_model"]) // int(arch["n_heads"])
         shape = (int(arch["n_layers"]), int(arch["n_heads"]), head_dim)
         den: Denoiser = OnnxDenoiser(path / ENCODE_FILE, path / DENOISE_FILE, info, shape, providers)
@@ -159,14 +159,31 @@ def load_model(path: Path | None = None, backend: str = "auto", device: str = "c
     return LoadedModel(path=path, tokenizer=tok, denoiser=den, backend=chosen, defaults=dict(cfg.get("defaults", {})))
 
 
+def _onnx_providers(device: str) -> list[Any] | None:
+    """onnxruntime execution providers for a device; CUDA needs onnxruntime-gpu."""
+    if not device.startswith("cuda"):
+        return None
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        raise ModelLoadError(
+            f"device {device} needs onnxruntime's CUDA provider: pip install 'diffusion-lsp[gpu]' "
+            "(and uninstall the CPU-only onnxruntime)"
+        )
+    index = device.partition(":")[2] or "0"
+    return [("CUDAExecutionProvider", {"device_id": int(index)}), "CPUExecutionProvider"]
+
+
 def _load_torch(path: Path, arch: dict[str, Any], info: DenoiserInfo, device: str) -> Denoiser:
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError as exc:
         raise ModelLoadError("the torch backend needs torch: pip install 'diffusion-lsp[torch]'") from exc
     from engine.denoisers.torch import TorchDenoiser
     from engine.model import DiffusionCoder, ModelConfig
 
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device} requested, but torch sees no CUDA device")
     model = DiffusionCoder(ModelConfig(**arch))
     load_weights(model, path / WEIGHTS_FILE)
     return TorchDenoiser(model, info, device)

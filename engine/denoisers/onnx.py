@@ -34,7 +34,7 @@ class NumpyRandomSource:
         return np.minimum((cdf < u).sum(axis=-1), probs.shape[-1] - 1).astype(np.int64)
 
 
-def _session(path: Path, providers: list[str] | None) -> Any:
+def _session(path: Path, providers: list[Any] | None) -> Any:
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -56,7 +56,7 @@ class OnnxDenoiser(KVDenoiser):
         denoise_path: Path,
         info: DenoiserInfo,
         shape: tuple[int, int, int],
-        providers: list[str] | None = None,
+        providers: list[Any] | None = None,
     ) -> None:
         self.info = info
         self.layers, self.heads, self.head_dim = shape

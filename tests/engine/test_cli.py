@@ -205,3 +205,54 @@ def test_batch_reads_stdin_and_writes_stdout(tiny_model_dir: Path) -> None:
     rows = [json.loads(x) for x in proc.stdout.splitlines()]
     assert [r["id"] for r in rows] == [0, 1, 2]
     assert all({"middle", "steps", "total_ms"} <= set(r) for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--steps", "-1"], "--steps: -1 is not in 1..1024"),
+        (["--candidates", "0"], "--candidates: 0 is not in 1..16"),
+        (["--device", "banana"], "'banana' is not a device"),
+        (["--line", "0"], "--line: 0 is below 1"),
+    ],
+)
+def test_bad_option_values_are_refused_with_the_option_named(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    base = ["fill", "--file", str(SAMPLE), "--line", "1", "--col", "1"]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*base, *args])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_batch_survives_bad_unicode_and_names_file_errors(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_bytes(
+        b'{"id": "surrogate", "prefix": "x = \\ud800"}\n'  # valid JSON, not valid Unicode
+        + b'{"id": "latin1", "prefix": "caf\xe9 = "}\n'  # not UTF-8
+        + b'{"id": "fine", "prefix": "y = "}\n'
+    )
+    code, _, err = run_cli(capsys, "batch", "--model", str(tiny_model_dir), "--input", str(src), "--output", str(dst))
+    assert code == 0, err
+    rows = [json.loads(x) for x in dst.read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["surrogate", "latin1", "fine"]
+    assert all("middle" in r for r in rows)
+    assert any("not valid Unicode" in w for w in rows[0]["warnings"])
+    assert "line 2 is not valid UTF-8" in err
+    for args, message in (
+        (["--input", str(tmp_path / "nope.jsonl")], "cannot open batch input"),
+        (["--input", str(src), "--output", str(tmp_path)], "cannot open batch output"),
+    ):
+        code, _, err = run_cli(capsys, "batch", "--model", str(tiny_model_dir), *args)
+        assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_split_at_counts_lines_as_editors_do() -> None:
+    # a form feed or a Unicode line separator does not end a line in an editor
+    assert split_at("a = 1\x0c\nb = 2\n", 2, 1) == ("a = 1\x0c\n", "b = 2\n")
+    assert split_at("s = '\u2028'\nt", 2, 1) == ("s = '\u2028'\n", "t")
+    assert split_at("a\rb", 2, 2) == ("a\rb", "")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
