@@ -216,6 +216,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         seed=args.seed or 0,
         sampler=_sampler_from_args(args, engine.default_sampler()),
         use_drafter=None if args.drafter is None else args.drafter == "on",
+        canvas_tokens=args.canvas_tokens,
+        context_tokens=args.context_tokens,
     )
     sys.stdout.write(json.dumps(report, indent=2) + "\n")
     return 0
@@ -335,7 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--tasks", type=_int_in(1), default=100, help="tasks per kind")
     e.set_defaults(func=cmd_eval)
 
-    t = sub.add_parser("train", parents=[common], help="train a model directory from a recipe")
+    t = sub.add_parser("train", help="train a model directory from a recipe")
+    t.add_argument("-v", "--verbose", action="store_true")
     t.add_argument("--recipe", type=Path, default=Path("recipes/first-model.json"))
     t.add_argument("--out", type=Path, required=True)
     t.add_argument("--resume", type=Path, help="model directory to continue from")

@@ -27,6 +27,8 @@ def evaluate_dir(
     seed: int = 0,
     sampler: SamplerConfig | None = None,
     use_drafter: bool | None = None,
+    canvas_tokens: int | None = None,
+    context_tokens: int | None = None,
 ) -> dict[str, Any]:
     if not data.is_dir():
         raise InputError(f"eval data directory not found: {data}")
@@ -47,7 +49,16 @@ def evaluate_dir(
         for _ in range(tasks):
             prefix, middle, suffix = cut(rng.choice(texts), kind, rng)
             engine.reset(cache=False)  # independent tasks: no warm start between them
-            r = engine.fill(InfillRequest(prefix=prefix, suffix=suffix, sampler=sampler, use_drafter=use_drafter))
+            r = engine.fill(
+                InfillRequest(
+                    prefix=prefix,
+                    suffix=suffix,
+                    sampler=sampler,
+                    use_drafter=use_drafter,
+                    canvas_tokens=canvas_tokens,
+                    context_tokens=context_tokens,
+                )
+            )
             exact += r.text.rstrip() == middle.rstrip()
             steps.append(r.steps)
             ms.append(r.total_ms)

@@ -33,7 +33,8 @@ DEFAULT_CANVAS_TOKENS = 32
 MAX_CANVAS_TOKENS = 256  # DiffusionGemma's block; longer fills need several blocks
 DEFAULT_CONTEXT_TOKENS = 1024
 MIN_CONTEXT_TOKENS = 16
-SUFFIX_SHARE = 0.25  # of the context budget, at most, for code after the cursor
+SUFFIX_SHARE = 0.25  # of the context budget for code after the cursor, unless the prefix is short
+TRIM_SPARE_MIN = 64  # unused prefix budget (tokens) worth giving to the suffix
 TRIM_QUANTUM_LINES = 16  # trims move in steps of this many lines (cache-friendly)
 MAX_CHARS_PER_TOKEN = 12  # text farther than budget * this from the cursor is never kept
 CANDIDATE_TEMPERATURE = 0.8  # for the extra, sampled candidates
@@ -205,8 +206,15 @@ class InfillEngine:
             warnings.append(f"context budget {budget} is below {MIN_CONTEXT_TOKENS}; using {MIN_CONTEXT_TOKENS}")
             budget = MIN_CONTEXT_TOKENS
         budget -= 3  # the three sentinels
+        # the suffix gets at most its share, the prefix the rest; a short prefix (top of a
+        # file) leaves its unused budget to the suffix
         suffix_ids = trim_suffix(self.tok.encode, req.suffix, int(budget * SUFFIX_SHARE))
         prefix_ids = trim_prefix(self.tok.encode, req.prefix, budget - len(suffix_ids))
+        spare = budget - len(suffix_ids) - len(prefix_ids)
+        if spare > TRIM_SPARE_MIN:
+            longer = trim_suffix(self.tok.encode, req.suffix, budget - len(prefix_ids))
+            if len(longer) > len(suffix_ids):
+                suffix_ids = longer
         sp = self.tok.special
         return [sp.suffix, *suffix_ids, sp.prefix, *prefix_ids, sp.middle], prefix_ids, suffix_ids
 

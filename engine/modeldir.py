@@ -220,6 +220,13 @@ def _load_diffusion_gemma(path: Path, cfg: dict[str, Any], device: str) -> Loade
             f"{path}: tokenizer.json has {tok.vocab_size} tokens but the model only {den.info.vocab_size}: "
             "the tokenizer does not belong to this checkpoint"
         )
+    for name, want in (("eof", den.info.eof_id), ("pad", den.info.pad_id)):
+        got = getattr(tok.special, name)
+        if got != want:
+            raise ModelLoadError(
+                f"{path}: the tokenizer's {name} token is id {got} but the model's is {want}: "
+                "the tokenizer does not belong to this checkpoint (or set diffusion_lsp.special_tokens in config.json)"
+            )
     defaults = {"regime": "uniform", **cfg.get("diffusion_lsp", {}).get("defaults", {})}
     return LoadedModel(path=path, tokenizer=tok, denoiser=den, backend="diffusion_gemma", defaults=defaults)
 

@@ -516,3 +516,17 @@ def test_infill_runs_end_to_end_on_a_checkpoint_directory(model: Any, tmp_path: 
     assert r2.reused_tokens > 0
     with pytest.raises(ModelLoadError, match="use backend diffusion_gemma"):
         load_model(root, backend="onnx")
+
+
+def test_a_tokenizer_with_other_special_ids_is_refused(model: Any, tmp_path: Path) -> None:
+    from engine.modeldir import load_model
+
+    root = _checkpoint_dir(model, tmp_path / "dg")
+    data = json.loads((root / "tokenizer.json").read_text())
+    for tok in data["added_tokens"]:  # swap the ids of <pad> and <eos>
+        tok["content"] = {"<pad>": "<eos>", "<eos>": "<pad>"}.get(tok["content"], tok["content"])
+    vocab = data["model"]["vocab"]
+    vocab["<pad>"], vocab["<eos>"] = vocab["<eos>"], vocab["<pad>"]
+    (root / "tokenizer.json").write_text(json.dumps(data))
+    with pytest.raises(ModelLoadError, match="does not belong to this checkpoint"):
+        load_model(root)
