@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from engine.denoisers.base import Denoiser, DenoiserInfo
 from engine.errors import ModelLoadError
@@ -36,7 +36,6 @@ CARD_FILE = "MODEL_CARD.md"
 ENCODE_FILE = "encode.onnx"
 DENOISE_FILE = "denoise.onnx"
 
-Backend = Literal["auto", "onnx", "torch", "diffusion_gemma"]
 BACKENDS: tuple[str, ...] = ("auto", "onnx", "torch", "diffusion_gemma")
 
 # The shipped default model lives inside the package.

@@ -69,10 +69,6 @@ class Tokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         return str(self.hf.decode(list(ids), skip_special_tokens=True))
 
-    def decode_each(self, ids: Sequence[int]) -> list[str]:
-        """Text of each token on its own (byte-level pieces may be partial characters)."""
-        return [self.hf.decode([i], skip_special_tokens=True) for i in ids]
-
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     """Train a byte-level BPE on `texts`; special tokens take ids 0..5."""

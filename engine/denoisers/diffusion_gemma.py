@@ -126,7 +126,6 @@ class DiffusionGemmaDenoiser:
         self.model = model
         config = model.config
         text = config.get_text_config()
-        self._text_config = text
         gen = getattr(model, "generation_config", None)
         eos = _first_id(getattr(gen, "eos_token_id", None))
         if eos is None:
