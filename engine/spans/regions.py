@@ -1,0 +1,106 @@
+"""Edit regions: a selection grown to whole syntax nodes, the node to rewrite for a
+next-edit suggestion, and every hole in a file for joint filling."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.spans.document import Document
+from engine.spans.select import MULTI_LINE_BUDGET, Span, _hole, _line_at
+
+# Node types that hold a body of statements (an empty one is a hole).
+BODY_TYPES = frozenset(
+    {
+        "block",
+        "statement_block",
+        "compound_statement",
+        "declaration_list",
+        "field_declaration_list",
+        "class_body",
+        "body_statement",
+    }
+)
+# Suffixes of node types that make sense to rewrite as a whole.
+STATEMENT_SUFFIXES = ("statement", "definition", "declaration", "item", "method", "function", "assignment")
+
+
+class _Offsets:
+    """Byte <-> string offsets of one text (tree-sitter speaks bytes)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.ascii = text.isascii()
+
+    def to_byte(self, offset: int) -> int:
+        return offset if self.ascii else len(self.text[:offset].encode("utf-8"))
+
+    def to_char(self, data: bytes, offset: int) -> int:
+        return offset if self.ascii else len(data[:offset].decode("utf-8", errors="replace"))
+
+
+def expand_selection(doc: Document, start: int, end: int) -> tuple[int, int]:
+    """The smallest run of complete sibling nodes that covers text[start:end]; lines
+    without a grammar."""
+    if doc.tree is None:
+        first = _line_at(doc.text, start).start
+        last = _line_at(doc.text, max(start, end - 1) if end > start else end).end
+        return first, last
+    off = _Offsets(doc.text)
+    bs, be = off.to_byte(start), off.to_byte(end)
+    node = doc.tree.root_node.descendant_for_byte_range(bs, be)
+    while node.parent is not None and (not node.is_named or node.type == "ERROR"):
+        node = node.parent
+    lo, hi = node.start_byte, node.end_byte
+    if (node.type in BODY_TYPES or node.parent is None) and not (lo >= bs and hi <= be):
+        # inside a body: the statements the selection touches, not the whole body
+        touched = [c for c in node.children if c.is_named and c.end_byte > bs and c.start_byte < be]
+        if touched:
+            lo, hi = touched[0].start_byte, touched[-1].end_byte
+    lo, hi = min(lo, bs), max(hi, be)
+    return off.to_char(doc.data, lo), off.to_char(doc.data, hi)
+
+
+def enclosing_node(doc: Document, offset: int) -> tuple[int, int]:
+    """The statement-level node around `offset` (for next-edit suggestions); the line
+    without a grammar."""
+    if doc.tree is None:
+        line = _line_at(doc.text, offset)
+        return line.start, line.end
+    off = _Offsets(doc.text)
+    b = off.to_byte(offset)
+    node: Any = doc.tree.root_node.descendant_for_byte_range(b, b)
+    while node.parent is not None and not (node.is_named and node.type.endswith(STATEMENT_SUFFIXES)):
+        if node.parent.parent is None:  # a direct child of the root: as far as we go
+            break
+        node = node.parent
+    return off.to_char(doc.data, node.start_byte), off.to_char(doc.data, node.end_byte)
+
+
+def find_holes(doc: Document) -> list[Span]:
+    """Every hole marker line and every empty body, in document order."""
+    holes: list[Span] = []
+    pos = 0
+    text = doc.text
+    while pos <= len(text):
+        line = _line_at(text, pos)
+        hole = _hole(text, line, doc.lang)
+        if hole is not None:
+            holes.append(hole)
+        nxt = line.end + (2 if text.startswith("\r\n", line.end) else 1)
+        if nxt <= pos:
+            break
+        pos = nxt
+    if doc.tree is not None:
+        off = _Offsets(text)
+        stack = [doc.tree.root_node]
+        while stack:
+            node = stack.pop()
+            # an empty body; one holding only a comment is left to the comment's marker
+            if node.type in BODY_TYPES and not any(c.is_named for c in node.children):
+                inner = (
+                    node.children[0].end_byte if node.child_count and node.children[0].type == "{" else node.start_byte
+                )
+                at = off.to_char(doc.data, inner)
+                holes.append(Span(at, at, "hole", True, MULTI_LINE_BUDGET))
+            stack.extend(node.children)
+    return sorted(set(holes), key=lambda s: (s.start, s.end))

@@ -1,0 +1,259 @@
+"""Span selection: what a fill at the cursor should complete (rules in docs/spans.md)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from engine.spans.languages import Language, parser_for
+
+SpanKind = Literal["hole", "string", "comment", "argument_list", "expression", "block", "statement", "line"]
+
+SINGLE_LINE_BUDGET = 32  # canvas tokens for a one-line fill
+PROSE_BUDGET = 64  # ... for prose in a multi-line string or comment
+MULTI_LINE_BUDGET = 128  # ... for a block body or a hole
+BRACKET_LOOKBACK = 4000  # characters scanned back for an open bracket
+
+GENERIC_COMMENTS = ("#", "//", "--", ";")
+EXPRESSION_KEYWORDS = (
+    "return",
+    "yield",
+    "await",
+    "not",
+    "and",
+    "or",
+    "in",
+    "is",
+    "if",
+    "elif",
+    "while",
+    "assert",
+    "case",
+    "when",
+    "throw",
+    "new",
+    "typeof",
+    "lambda",
+)
+OPERATOR_END = re.compile(r"(?:[=+\-*/%<>!&|^~?:,.]|\bin|=>|->)\s*$")
+CALLEE_END = re.compile(r"[\w)\]>]\s*$")
+# a `(` after these is not a call's
+NOT_CALLEES = frozenset(
+    {
+        "if",
+        "elif",
+        "while",
+        "for",
+        "switch",
+        "catch",
+        "with",
+        "return",
+        "and",
+        "or",
+        "not",
+        "in",
+        "match",
+        "sizeof",
+        "typeof",
+        "until",
+        "unless",
+    }
+)
+# words that may come right before a called name (`return foo(`, `new Foo(`)
+CALL_LEADS = frozenset(
+    {
+        "return",
+        "new",
+        "await",
+        "yield",
+        "else",
+        "in",
+        "of",
+        "not",
+        "and",
+        "or",
+        "throw",
+        "case",
+        "typeof",
+        "is",
+        "do",
+        "then",
+        "go",
+        "defer",
+        "delete",
+        "puts",
+    }
+)
+TOP_LEVEL_LINE = re.compile(r"\n(?=[^\s)\]}])")
+
+
+@dataclass(frozen=True)
+class Span:
+    start: int  # the fill replaces text[start:end]
+    end: int
+    kind: SpanKind
+    multiline: bool
+    budget: int  # canvas tokens
+
+
+@dataclass(frozen=True)
+class _Line:
+    start: int
+    end: int  # before the line break
+    before: str  # the line's text before the cursor
+    after: str  # ... after the cursor, line break excluded
+
+
+def _line_at(text: str, cursor: int) -> _Line:
+    start = max(text.rfind("\n", 0, cursor), text.rfind("\r", 0, cursor)) + 1
+    ends = [i for i in (text.find("\n", cursor), text.find("\r", cursor)) if i != -1]
+    end = min(ends) if ends else len(text)
+    return _Line(start, end, text[start:cursor], text[cursor:end])
+
+
+def _hole(text: str, line: _Line, lang: Language) -> Span | None:
+    body = text[line.start : line.end]
+    stripped = body.strip()
+    if not stripped:
+        return None
+    prefixes = (lang.line_comment,) if lang.line_comment else GENERIC_COMMENTS
+    is_todo = any(
+        stripped.startswith(p) and stripped[len(p) :].lstrip().startswith(("TODO", "FIXME")) for p in prefixes
+    )
+    if not (is_todo or stripped in lang.hole_lines):
+        return None
+    start = line.start + len(body) - len(body.lstrip())
+    return Span(start, start + len(stripped), "hole", True, MULTI_LINE_BUDGET)
+
+
+def _string_or_comment(text: str, cursor: int, lang: Language, tree: Any) -> Span | None:
+    cb = len(text[:cursor].encode("utf-8"))
+    # the node just before the cursor: at the end of a line comment, the cursor is past it
+    node = tree.root_node.descendant_for_byte_range(max(0, cb - 1), cb)
+    while node is not None:
+        if node.type in lang.comment_types and node.start_byte < cb <= node.end_byte:
+            multi = node.start_point[0] != node.end_point[0]
+            # a line comment runs to the end of its line: its end counts as inside
+            if cb < node.end_byte or not multi:
+                return Span(cursor, cursor, "comment", multi, PROSE_BUDGET if multi else SINGLE_LINE_BUDGET)
+        if node.type in lang.string_types and node.start_byte < cb < node.end_byte:
+            multi = node.start_point[0] != node.end_point[0]
+            return Span(cursor, cursor, "string", multi, PROSE_BUDGET if multi else SINGLE_LINE_BUDGET)
+        node = node.parent
+    return None
+
+
+def _open_bracket(text: str, cursor: int) -> tuple[str, str] | None:
+    """The innermost unclosed bracket before the cursor and the code before it, skipping
+    brackets inside string literals on the way (a cheap scan, robust to broken code)."""
+    start = max(0, cursor - BRACKET_LOOKBACK)
+    # a line that starts at column 0 starts a new top-level statement: brackets left open
+    # before it belong to broken code, not to the cursor
+    top = TOP_LEVEL_LINE.search(text, start, max(start, _line_at(text, cursor).start))
+    while top is not None:
+        start = top.start() + 1
+        top = TOP_LEVEL_LINE.search(text, start, _line_at(text, cursor).start)
+    stack: list[int] = []
+    quote = ""
+    i = start
+    while i < cursor:
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == quote or (ch == "\n" and quote != "`"):
+                quote = ""
+        elif ch in "\"'`":
+            quote = ch
+        elif ch in "([{":
+            stack.append(i)
+        elif ch in ")]}" and stack:
+            stack.pop()
+        i += 1
+    if not stack:
+        return None
+    pos = stack[-1]
+    return text[pos], text[max(start, pos - 200) : pos]
+
+
+def _bracket_kind(bracket: tuple[str, str]) -> SpanKind:
+    """A call's `(` holds arguments; a condition's, a declaration's parameters or a
+    grouping's `(` holds an expression."""
+    char, before = bracket
+    if char != "(" or not CALLEE_END.search(before):
+        return "expression"
+    words = re.findall(r"[A-Za-z_]\w*|\S", before)
+    name = words[-1] if words else ""
+    if name in NOT_CALLEES:
+        return "expression"
+    if not re.fullmatch(r"[A-Za-z_]\w*", name):  # `f(x)(`, `a[0](`, `foo<T>(`: calls
+        return "argument_list"
+    lead = words[-2] if len(words) > 1 else ""
+    if re.fullmatch(r"[A-Za-z_]\w*", lead) and lead not in CALL_LEADS:  # `int add(`, `def f(`
+        return "expression"
+    return "argument_list"
+
+
+def _opens_block(before: str, lang: Language) -> bool:
+    code = before.rstrip()
+    if not code:
+        return False
+    if lang.block_open and code.endswith(lang.block_open):
+        return True
+    words = code.split()
+    first = words[0] if words else ""
+    if lang.name == "python":
+        return code.endswith(":") and first.rstrip(":") in lang.block_keywords
+    if lang.name == "ruby":
+        return first in lang.block_keywords or code.endswith(" do") or bool(re.search(r"\bdo\s*\|[^|]*\|$", code))
+    if lang.name == "lua":
+        return code.endswith((" then", " do")) or first == "function" or code.startswith("local function")
+    return not lang.grammar and code.endswith((":", "{"))
+
+
+def _after_operator(before: str) -> bool:
+    code = before.rstrip()
+    if not code:
+        return False
+    if OPERATOR_END.search(code):
+        return True
+    last = re.split(r"\W+", code)[-1] if re.search(r"\w$", code) else ""
+    return last in EXPRESSION_KEYWORDS
+
+
+def select_span(text: str, cursor: int, lang: Language, tree: Any | None = None) -> Span:
+    """The span a fill at `cursor` should complete. `tree`: the document's tree-sitter
+    tree if the caller keeps one (incremental parsing); parsed here otherwise."""
+    cursor = max(0, min(cursor, len(text)))
+    line = _line_at(text, cursor)
+    hole = _hole(text, line, lang)
+    if hole is not None:
+        return hole
+    if lang.grammar:
+        if tree is None:
+            parser = parser_for(lang.name)
+            tree = parser.parse(text.encode("utf-8")) if parser is not None else None
+        if tree is not None:
+            prose = _string_or_comment(text, cursor, lang, tree)
+            if prose is not None:
+                return prose
+
+    def one_line(kind: SpanKind) -> Span:
+        return Span(cursor, cursor, kind if lang.grammar else "line", False, SINGLE_LINE_BUDGET)
+
+    block = Span(cursor, cursor, "block", True, MULTI_LINE_BUDGET)
+    bracket = _open_bracket(text, cursor)
+    if line.after.strip():  # mid-line: the rest of the line is kept
+        return one_line(_bracket_kind(bracket) if bracket else "expression")
+    if not line.before.strip():  # a blank line
+        if bracket and bracket[0] in "([":
+            return one_line(_bracket_kind(bracket))
+        return block
+    if _opens_block(line.before, lang):
+        return block
+    if bracket and bracket[0] in "([":
+        return one_line(_bracket_kind(bracket))
+    if _after_operator(line.before):
+        return one_line("expression")
+    return one_line("statement")
