@@ -19,6 +19,7 @@ from typing import Any, BinaryIO, TextIO
 from engine.errors import EngineError, InputError
 from engine.modeldir import BACKENDS, DEFAULT_MODEL_DIR, load_model
 from engine.sampler import STRATEGIES, SamplerConfig
+from engine.spans import language_for
 
 log = logging.getLogger("diffusion_infill")
 EXIT_USAGE = 2
@@ -123,8 +124,12 @@ def cmd_fill(args: argparse.Namespace) -> int:
         suffix = read_text(args.suffix_file, "suffix file") if args.suffix_file else ""
     else:
         raise InputError("give --file F --line L --col C, or --prefix-file (and --suffix-file)")
+    language = args.language
+    if language is None and args.file:  # from the extension, for syntax checks
+        found = language_for(path=str(args.file))
+        language = found.name if found.grammar else None
     engine = _engine(args)
-    result = engine.fill(_request(args, engine, prefix, suffix, args.language))
+    result = engine.fill(_request(args, engine, prefix, suffix, language))
     if args.json:
         json.dump(result_json(result), sys.stdout)
         sys.stdout.write("\n")
@@ -317,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--col", type=_int_in(1), help="1-based column of the cursor")
     f.add_argument("--prefix-file", type=Path)
     f.add_argument("--suffix-file", type=Path)
-    f.add_argument("--language")
+    f.add_argument("--language", help="LSP language id (default: from the file's extension); enables syntax checks")
     f.add_argument("--candidates", type=_int_in(1, MAX_CANDIDATES), default=1, help="alternatives, in one batch")
     f.add_argument("--json", action="store_true", help="print the full result as JSON")
     f.set_defaults(func=cmd_fill)

@@ -26,6 +26,7 @@ from engine import drafter
 from engine.cache import DEFAULT_MAX_BYTES, ContextCache
 from engine.modeldir import LoadedModel
 from engine.sampler import SamplerConfig, StepView, initial_canvas, run
+from engine.syntax import check_candidates
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,8 @@ class InfillRequest:
     use_drafter: bool | None = None  # None: the model's default
     warm_start: bool = True
     on_draft: Callable[[int, list[str]], None] | None = None  # step, text of each candidate
+    check_syntax: bool = True  # with a language that has a grammar: validate and cut candidates
+    document: Any | None = None  # the caller's spans.Document of prefix + suffix, if it keeps one
 
 
 @dataclass
@@ -72,6 +75,7 @@ class Candidate:
     text: str
     token_ids: list[int]
     confidence: list[float]  # per token, probability when chosen
+    syntax: str = "unchecked"  # "ok", "truncated" (cut to parse), or "unchecked" (no grammar)
 
     @property
     def mean_confidence(self) -> float:
@@ -323,11 +327,14 @@ class InfillEngine:
                 Candidate(text=text, token_ids=[int(t) for t in row[:n]], confidence=[float(x) for x in conf[:n]])
             )
         first, rest = cands[:1], sorted(cands[1:], key=lambda k: -k.mean_confidence)
-        self._previous = _Previous(prefix=req.prefix, suffix=req.suffix, text=first[0].text if first else "")
+        ranked = first + rest
+        if req.check_syntax and req.language:
+            ranked = check_candidates(self.tok, ranked, req.prefix, req.suffix, req.language, req.document)
+        self._previous = _Previous(prefix=req.prefix, suffix=req.suffix, text=ranked[0].text if ranked else "")
         for w in warnings:
             log.warning("%s", w)
         return InfillResult(
-            candidates=first + rest,
+            candidates=ranked,
             steps=result.steps,
             stop_reason=result.stop_reason,
             context_tokens=len(ctx_ids),

@@ -1,12 +1,12 @@
 """Syntax validation and truncation of a fill candidate.
 
 A candidate is accepted when prefix + fill + suffix has no more syntax errors (ERROR and
-MISSING nodes) than prefix + suffix alone, and no more of them touch the fill than
-touched the cursor before: a file that is already broken elsewhere is judged by whether
-the fill makes it worse, and a fill cannot pass by trading the error of the incomplete
-statement at the cursor for one of its own. Otherwise the fill is cut at
-the last line boundary, then the last token boundary, at which it parses no worse (the
-syntax-aware truncation of the SAFIM benchmark); when nothing but the empty fill is
+MISSING nodes) than prefix + suffix alone, and no error that starts on the fill's first
+line or later touches the fill or the line after it. So a file that is already broken elsewhere (an unclosed
+bracket above) is judged by whether the fill makes it worse, while the statement being
+completed at the cursor must parse: it is an error before the fill, and a fill cannot
+pass by trading that error for one of its own. Otherwise the fill is cut at the last line
+boundary, then the last token boundary, at which it passes (the syntax-aware truncation of the SAFIM benchmark); when nothing but the empty fill is
 left, the candidate is rejected.
 """
 
@@ -44,19 +44,32 @@ def count_errors(tree: Any) -> int:
     return count
 
 
-def errors_touching(tree: Any, lo: int, hi: int) -> int:
-    """ERROR and MISSING nodes that overlap or touch bytes [lo, hi]."""
+def errors_at_fill(tree: Any, line_start: int, lo: int, hi: int) -> int:
+    """ERROR and MISSING nodes that overlap or touch the fill's bytes [lo, hi] and start
+    on the fill's first line or later. An error that starts on an earlier line (an
+    unclosed bracket above) was there before the fill and is not held against it."""
     count = 0
     stack = [tree.root_node]
     while stack:
         node = stack.pop()
         if node.end_byte < lo or node.start_byte > hi:
             continue
-        if node.type == "ERROR" or node.is_missing:
+        if (node.type == "ERROR" or node.is_missing) and node.start_byte >= line_start:
             count += 1
         if node.has_error:
             stack.extend(node.children)
     return count
+
+
+def _next_line_bytes(text: str, offset: int) -> int:
+    """Bytes from `offset` to the end of the line after the one holding it."""
+    end = offset
+    for _ in range(2):
+        nl = text.find("\n", end)
+        if nl == -1:
+            return len(text[offset:].encode("utf-8"))
+        end = nl + 1
+    return len(text[offset : end - 1].encode("utf-8"))
 
 
 def _cuts(fill: str) -> list[int]:
@@ -75,14 +88,16 @@ def validate_fill(doc: Document, cursor: int, fill: str, start: int | None = Non
     before = count_errors(doc.tree)
     first = cursor if start is None else start
     lo = len(doc.text[:first].encode("utf-8"))
-    replaced = len(doc.text[first:cursor].encode("utf-8"))
-    near_before = errors_touching(doc.tree, lo, lo + replaced)
+    line = max(doc.text.rfind("\n", 0, first), doc.text.rfind("\r", 0, first)) + 1
+    line_start = len(doc.text[:line].encode("utf-8"))
 
     def judge(candidate: str) -> tuple[bool, int]:
         tree = doc.with_insert(cursor, candidate, start)
         total = count_errors(tree)
-        near = errors_touching(tree, lo, lo + len(candidate.encode("utf-8")))
-        return total <= before and near <= near_before, total
+        # a fill's damage shows at the fill or on the line after it (`x +` makes the
+        # next line's `return` the error)
+        hi = lo + len(candidate.encode("utf-8")) + _next_line_bytes(doc.text, cursor)
+        return total <= before and errors_at_fill(tree, line_start, lo, hi) == 0, total
 
     good, after = judge(fill)
     if good:

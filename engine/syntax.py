@@ -1,0 +1,62 @@
+"""Candidates through tree-sitter: cut to the span's line mode, validated, truncated or
+dropped, and ranked (fills that parse before fills that had to be cut).
+
+Used by infill when the request names a language with a grammar; otherwise candidates
+pass through marked "unchecked".
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from engine.spans import Document, language_for, select_span, validate_fill
+from engine.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from engine.infill import Candidate
+
+_RANK = {"ok": 0, "truncated": 1, "unchecked": 2}
+
+
+def _keep_tokens(tok: Tokenizer, cand: Candidate, text: str) -> Candidate:
+    """`cand` cut to `text` (a prefix of its text): the tokens that fit, their confidences."""
+    if text == cand.text:
+        return replace(cand)
+    n = 0
+    while n < len(cand.token_ids) and len(tok.decode(cand.token_ids[: n + 1])) <= len(text):
+        n += 1
+    return replace(cand, text=text, token_ids=cand.token_ids[:n], confidence=cand.confidence[:n])
+
+
+def check_candidates(
+    tok: Tokenizer,
+    candidates: list[Candidate],
+    prefix: str,
+    suffix: str,
+    language: str | None,
+    document: Document | None = None,
+) -> list[Candidate]:
+    """Candidates that keep the file parsing no worse, cut where needed, best first.
+
+    `document`: the caller's incrementally parsed document, used when its text is
+    prefix + suffix (else the text is parsed here).
+    """
+    lang = language_for(language)
+    if not lang.grammar or not candidates:
+        return candidates
+    text = prefix + suffix
+    doc = document if document is not None and document.text == text else Document(text, lang)
+    if doc.tree is None:
+        return candidates
+    span = select_span(text, len(prefix), lang, doc.tree)
+    out: list[Candidate] = []
+    for cand in candidates:
+        fill = cand.text if span.multiline else cand.text.splitlines()[0] if cand.text else ""
+        verdict = validate_fill(doc, len(prefix), fill)
+        if verdict.status == "rejected" or (not verdict.fill.strip() and cand.text.strip()):
+            continue
+        kept = _keep_tokens(tok, cand, verdict.fill)
+        kept.syntax = verdict.status
+        out.append(kept)
+    return sorted(out, key=lambda c: _RANK.get(c.syntax, 2))  # stable: greedy first among equals

@@ -1,0 +1,39 @@
+"""Candidates through tree-sitter: validated, cut, dropped and ranked."""
+
+from __future__ import annotations
+
+from engine.infill import Candidate, InfillEngine, InfillRequest
+from engine.modeldir import load_model
+from engine.syntax import check_candidates
+
+PREFIX = "def f(items):\n    result = "
+SUFFIX = "\n    return result\n"
+
+
+def cand(engine: InfillEngine, text: str) -> Candidate:
+    ids = engine.tok.encode(text)
+    return Candidate(text=text, token_ids=ids, confidence=[0.5] * len(ids))
+
+
+def test_candidates_are_validated_cut_dropped_and_ranked() -> None:
+    engine = InfillEngine(load_model())
+    cands = [cand(engine, t) for t in ("len(items) +", "(((", "sum(items)", "max(items)\n    extra = (")]
+    out = check_candidates(engine.tok, cands, PREFIX, SUFFIX, "python")
+    assert [(c.text, c.syntax) for c in out] == [
+        ("sum(items)", "ok"),
+        ("max(items)", "ok"),  # one line: the span after `=` is single-line, cut at the newline
+        ("len(items)", "truncated"),
+    ]
+    for c in out:  # token ids and confidences follow the cut
+        assert engine.tok.decode(c.token_ids) == c.text and len(c.confidence) == len(c.token_ids)
+    # no grammar: untouched
+    same = check_candidates(engine.tok, cands, PREFIX, SUFFIX, "cobol")
+    assert [c.text for c in same] == [c.text for c in cands]
+
+
+def test_infill_with_a_language_returns_only_fills_that_parse() -> None:
+    engine = InfillEngine(load_model())
+    src = "def names(self) -> list[str]:\n    return sorted(\n" * 3
+    for cut in range(len(src) // 3, len(src), 7):
+        r = engine.fill(InfillRequest(prefix=src[:cut], suffix=src[cut:], language="python", candidates=3))
+        assert all(c.syntax in ("ok", "truncated") for c in r.candidates)
