@@ -98,6 +98,7 @@ def result_json(result: Any, **extra: Any) -> dict[str, Any]:
         "candidates": [
             {
                 "text": c.text,
+                "syntax": c.syntax,
                 "mean_confidence": round(c.mean_confidence, 4),
                 "token_confidence": [round(x, 4) for x in c.confidence],
             }
