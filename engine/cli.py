@@ -307,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--context-tokens", type=int, help="context budget in tokens")
     gen.add_argument("--strategy", choices=STRATEGIES)
     gen.add_argument("--steps", type=_int_in(1, 1024), help="maximum denoising steps")
-    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--seed", type=_int_in(0), default=0)
     gen.add_argument(
         "--drafter",
         choices=["on", "off"],

@@ -35,7 +35,6 @@ MAX_CANVAS_TOKENS = 256  # DiffusionGemma's block; longer fills need several blo
 DEFAULT_CONTEXT_TOKENS = 1024
 MIN_CONTEXT_TOKENS = 16
 SUFFIX_SHARE = 0.25  # of the context budget for code after the cursor, unless the prefix is short
-TRIM_SPARE_MIN = 64  # unused prefix budget (tokens) worth giving to the suffix
 TRIM_QUANTUM_LINES = 16  # trims move in steps of this many lines (cache-friendly)
 MAX_CHARS_PER_TOKEN = 12  # text farther than budget * this from the cursor is never kept
 CANDIDATE_TEMPERATURE = 0.8  # for the extra, sampled candidates
@@ -126,8 +125,9 @@ def trim_prefix(encode: Callable[[str], list[int]], prefix: str, budget: int) ->
     return encode(prefix[window:])[-budget:]  # one huge line: keep its end
 
 
-def trim_suffix(encode: Callable[[str], list[int]], suffix: str, budget: int) -> list[int]:
-    """Tokens of the start of `suffix` within `budget`, ending at a quantized line start."""
+def trim_suffix(encode: Callable[[str], list[int]], suffix: str, budget: int, exact: bool = True) -> list[int]:
+    """Tokens of the start of `suffix` within `budget`, ending at a quantized line start;
+    when no such cut fits: the first `budget` tokens (exact) or nothing (not exact)."""
     window = min(len(suffix), budget * MAX_CHARS_PER_TOKEN)
     ends = _quantized_line_starts(suffix, 1, window)
     if window == len(suffix):
@@ -135,6 +135,8 @@ def trim_suffix(encode: Callable[[str], list[int]], suffix: str, budget: int) ->
     best = _first_fitting(ends[::-1], lambda end: encode(suffix[:end]), budget)  # most context first
     if best is not None:
         return best
+    if not exact:
+        return []
     return encode(suffix[:window])[:budget]  # the first lines alone are too long: keep their start
 
 
@@ -210,13 +212,13 @@ class InfillEngine:
             warnings.append(f"context budget {budget} is below {MIN_CONTEXT_TOKENS}; using {MIN_CONTEXT_TOKENS}")
             budget = MIN_CONTEXT_TOKENS
         budget -= 3  # the three sentinels
-        # the suffix gets at most its share, the prefix the rest; a short prefix (top of a
-        # file) leaves its unused budget to the suffix
+        # the suffix gets at most its share, the prefix the rest; a short prefix (the top of
+        # a file) leaves its unused budget to the suffix, in line-aligned steps only, so
+        # that typing (which grows the prefix) rarely moves the suffix's cut
         suffix_ids = trim_suffix(self.tok.encode, req.suffix, int(budget * SUFFIX_SHARE))
         prefix_ids = trim_prefix(self.tok.encode, req.prefix, budget - len(suffix_ids))
-        spare = budget - len(suffix_ids) - len(prefix_ids)
-        if spare > TRIM_SPARE_MIN:
-            longer = trim_suffix(self.tok.encode, req.suffix, budget - len(prefix_ids))
+        if req.prefix.count("\n") < TRIM_QUANTUM_LINES:
+            longer = trim_suffix(self.tok.encode, req.suffix, budget - len(prefix_ids), exact=False)
             if len(longer) > len(suffix_ids):
                 suffix_ids = longer
         sp = self.tok.special

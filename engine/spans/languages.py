@@ -45,7 +45,6 @@ PYTHON_BLOCKS = (
     "match",
     "case",
 )
-C_HOLES = ("// TODO", "// FIXME", "/* TODO */")
 
 LANGUAGES: dict[str, Language] = {
     "python": Language(

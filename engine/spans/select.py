@@ -195,12 +195,18 @@ def _bracket_kind(bracket: tuple[str, str]) -> SpanKind:
     return "argument_list"
 
 
+def _is_literal_brace(code_before_brace: str) -> bool:
+    """A `{` after `=`, `(`, `,`, `:`, `[` or `return` opens an object literal (after `=>`, a body)."""
+    code = code_before_brace.rstrip()
+    return (code.endswith(("=", "(", ",", ":", "[")) and not code.endswith("=>")) or bool(re.search(r"\breturn$", code))
+
+
 def _opens_block(before: str, lang: Language) -> bool:
     code = before.rstrip()
     if not code:
         return False
     if lang.block_open and code.endswith(lang.block_open):
-        return True
+        return not _is_literal_brace(code[: -len(lang.block_open)])
     words = code.split()
     first = words[0] if words else ""
     if lang.name == "python":
@@ -247,11 +253,13 @@ def select_span(text: str, cursor: int, lang: Language, tree: Any | None = None)
     if line.after.strip():  # mid-line: the rest of the line is kept
         return one_line(_bracket_kind(bracket) if bracket else "expression")
     if not line.before.strip():  # a blank line
-        if bracket and bracket[0] in "([":
+        if bracket and (bracket[0] in "([" or _is_literal_brace(bracket[1])):
             return one_line(_bracket_kind(bracket))
         return block
     if _opens_block(line.before, lang):
         return block
+    if bracket and bracket[0] == "{" and line.before.rstrip().endswith("{"):  # `x = {‸`
+        return one_line("expression")
     if bracket and bracket[0] in "([":
         return one_line(_bracket_kind(bracket))
     if _after_operator(line.before):

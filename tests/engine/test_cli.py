@@ -238,12 +238,16 @@ def test_batch_survives_bad_unicode_and_names_file_errors(
         b'{"id": "surrogate", "prefix": "x = \\ud800"}\n'  # valid JSON, not valid Unicode
         + b'{"id": "latin1", "prefix": "caf\xe9 = "}\n'  # not UTF-8
         + b'{"id": "fine", "prefix": "y = "}\n'
+        + b"[" * 100_000
+        + b"]" * 100_000
+        + b"\n"  # valid JSON too deep for the parser: RecursionError
+        + b'{"id": "last", "prefix": "z = "}\n'
     )
     code, _, err = run_cli(capsys, "batch", "--model", str(tiny_model_dir), "--input", str(src), "--output", str(dst))
-    assert code == 0, err
+    assert code == 1, err  # one line failed
     rows = [json.loads(x) for x in dst.read_text().splitlines()]
-    assert [r["id"] for r in rows] == ["surrogate", "latin1", "fine"]
-    assert all("middle" in r for r in rows)
+    assert [r["id"] for r in rows] == ["surrogate", "latin1", "fine", 4, "last"]
+    assert "error" in rows[3] and all("middle" in r for r in rows[:3] + rows[4:])
     assert any("not valid Unicode" in w for w in rows[0]["warnings"])
     assert "line 2 is not valid UTF-8" in err
     for args, message in (

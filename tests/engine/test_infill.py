@@ -158,3 +158,33 @@ def test_a_short_prefix_leaves_its_budget_to_the_suffix(engine: InfillEngine) ->
     assert len(suf) > 200 * 0.25  # more than the suffix's usual share
     assert len(ctx) <= 200
     assert SOURCE.startswith(engine.tok.decode(suf))
+
+
+def test_typing_keeps_the_context_an_append(engine: InfillEngine) -> None:
+    """Keystroke after keystroke, the context keeps its tokens but the last few, so the
+    cache reuses nearly all of it (trims move only in steps of whole line groups)."""
+    text = SOURCE * 5
+    lines = text.split("\n")
+    breaks = 0
+    keystrokes = 0
+    for line_no in range(3, len(lines), 97):  # cursors at line ends, top to bottom
+        cut = sum(len(x) + 1 for x in lines[:line_no]) - 1
+        before, after = text[:cut], text[cut:]
+        previous: list[int] | None = None
+        for typed in (" = compute(x)"[: n + 1] for n in range(13)):
+            ctx, _, _ = engine.build_context(InfillRequest(prefix=before + typed, suffix=after), [], 16)
+            if previous is not None:
+                shared = next(
+                    (i for i, (a, b) in enumerate(zip(previous, ctx)) if a != b), min(len(previous), len(ctx))
+                )
+                keystrokes += 1
+                breaks += shared < len(previous) - 4
+            previous = ctx
+    assert keystrokes > 100
+    assert breaks <= keystrokes // 20, (breaks, keystrokes)
+
+
+def test_a_context_budget_of_zero_is_raised_with_a_warning(engine: InfillEngine) -> None:
+    warnings: list[str] = []
+    ctx, _, _ = engine.build_context(InfillRequest(prefix=SOURCE, suffix=SOURCE, context_tokens=0), warnings, 16)
+    assert len(ctx) <= 16 and any("context budget 0 is below 16" in w for w in warnings)

@@ -71,6 +71,11 @@ def test_train_export_eval(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     report = json.loads(capsys.readouterr().out)
     for kind in ("rest_of_line", "lines", "random_span"):
         assert report[kind]["tasks"] == 2 and 0.0 <= report[kind]["exact_match"] <= 1.0
+    # eval honours the budgets: a 3-token canvas takes at most 3 steps (one lock at least each)
+    args = ["eval", "--model", str(out), "--data", str(FIXTURE_CODE), "--tasks", "2", "--canvas-tokens", "3"]
+    assert main([*args, "--context-tokens", "20", "--strategy", "left_to_right"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert all(report[kind]["steps_per_fill"] <= 3 for kind in ("rest_of_line", "lines", "random_span"))
 
 
 def test_train_without_a_recipe_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -329,7 +329,10 @@ def test_a_row_that_stops_early_keeps_no_mask(lib: str) -> None:
     late = FakeDenoiser([5, 6, 7, 8, 9, 10, 11, 12], [1.0] * 8, lib)
     den = RowsDenoiser([early, late])
     cfg = SamplerConfig(strategy="entropy_bound", entropy_bound=0.01, stop_entropy=2.0, stability_threshold=1)
-    res, _ = sample(den, cfg, b=2)
+    res, views = sample(den, cfg, b=2)
     assert res.row_steps[0] == 2 and res.row_steps[1] > 2
+    # its confidences are those it had when it stopped: set where it had locked, else 0
+    locked_at_stop = views[1][0] != MASK
+    assert ((res.confidence[0] > 0) == locked_at_stop).all()
     assert res.tokens[0].tolist() == [5, 6, 7, 8, 9, 10, 11, 12]  # open positions took the argmax
     assert MASK not in res.tokens.tolist()[0]
