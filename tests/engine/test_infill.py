@@ -175,7 +175,8 @@ def test_typing_keeps_the_context_an_append(engine: InfillEngine) -> None:
             ctx, _, _ = engine.build_context(InfillRequest(prefix=before + typed, suffix=after), [], 16)
             if previous is not None:
                 shared = next(
-                    (i for i, (a, b) in enumerate(zip(previous, ctx)) if a != b), min(len(previous), len(ctx))
+                    (i for i, (a, b) in enumerate(zip(previous, ctx, strict=False)) if a != b),
+                    min(len(previous), len(ctx)),
                 )
                 keystrokes += 1
                 breaks += shared < len(previous) - 4
