@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.spans.document import Document
-from engine.spans.select import MULTI_LINE_BUDGET, Span, _hole, _line_at
+from engine.spans.select import MULTI_LINE_BUDGET, Span, _hole, _line_at, in_string
 
 # Node types that hold a body of statements (an empty one is a hole).
 BODY_TYPES = frozenset(
@@ -41,13 +41,14 @@ class _Offsets:
 def expand_selection(doc: Document, start: int, end: int) -> tuple[int, int]:
     """The smallest run of complete sibling nodes that covers text[start:end]; lines
     without a grammar."""
-    if doc.tree is None:
+    start, end = sorted((max(0, min(start, len(doc.text))), max(0, min(end, len(doc.text)))))
+    if doc.tree is None or start == end:  # no grammar, or no selection: whole lines
         first = _line_at(doc.text, start).start
         last = _line_at(doc.text, max(start, end - 1) if end > start else end).end
         return first, last
     off = _Offsets(doc.text)
     bs, be = off.to_byte(start), off.to_byte(end)
-    node = doc.tree.root_node.descendant_for_byte_range(bs, be)
+    node = doc.tree.root_node.descendant_for_byte_range(bs, be) or doc.tree.root_node
     while node.parent is not None and (not node.is_named or node.type == "ERROR"):
         node = node.parent
     lo, hi = node.start_byte, node.end_byte
@@ -67,8 +68,8 @@ def enclosing_node(doc: Document, offset: int) -> tuple[int, int]:
         line = _line_at(doc.text, offset)
         return line.start, line.end
     off = _Offsets(doc.text)
-    b = off.to_byte(offset)
-    node: Any = doc.tree.root_node.descendant_for_byte_range(b, b)
+    b = off.to_byte(max(0, min(offset, len(doc.text))))
+    node: Any = doc.tree.root_node.descendant_for_byte_range(b, b) or doc.tree.root_node
     while node.parent is not None and not (node.is_named and node.type.endswith(STATEMENT_SUFFIXES)):
         if node.parent.parent is None:  # a direct child of the root: as far as we go
             break
@@ -77,20 +78,22 @@ def enclosing_node(doc: Document, offset: int) -> tuple[int, int]:
 
 
 def find_holes(doc: Document) -> list[Span]:
-    """Every hole marker line and every empty body, in document order."""
+    """Every hole marker line (not inside a string) and every empty `{}` body, in
+    document order. (Indentation languages cannot have an empty body: their markers
+    are `pass` and `...`; Ruby and Lua bodies without braces are not found yet.)"""
     holes: list[Span] = []
     pos = 0
     text = doc.text
     while pos <= len(text):
         line = _line_at(text, pos)
         hole = _hole(text, line, doc.lang)
-        if hole is not None:
+        if hole is not None and not (doc.tree is not None and in_string(text, hole.start, doc.lang, doc.tree)):
             holes.append(hole)
         nxt = line.end + (2 if text.startswith("\r\n", line.end) else 1)
         if nxt <= pos:
             break
         pos = nxt
-    if doc.tree is not None:
+    if doc.tree is not None and doc.lang.block_open:  # braces: `{}` is an empty body
         off = _Offsets(text)
         stack = [doc.tree.root_node]
         while stack:

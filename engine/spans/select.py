@@ -106,9 +106,13 @@ class _Line:
 
 
 def _line_at(text: str, cursor: int) -> _Line:
-    start = max(text.rfind("\n", 0, cursor), text.rfind("\r", 0, cursor)) + 1
-    ends = [i for i in (text.find("\n", cursor), text.find("\r", cursor)) if i != -1]
-    end = min(ends) if ends else len(text)
+    """The line holding `cursor`; lines end at \\n, \\r\\n or \\r (searches stay within it)."""
+    nl = text.rfind("\n", 0, cursor)
+    start = max(nl, text.rfind("\r", nl + 1, cursor)) + 1
+    end = text.find("\n", cursor)
+    end = len(text) if end == -1 else end
+    cr = text.find("\r", cursor, end)
+    end = cr if cr != -1 else end
     return _Line(start, end, text[start:cursor], text[cursor:end])
 
 
@@ -127,15 +131,30 @@ def _hole(text: str, line: _Line, lang: Language) -> Span | None:
     return Span(start, start + len(stripped), "hole", True, MULTI_LINE_BUDGET)
 
 
+def in_string(text: str, offset: int, lang: Language, tree: Any) -> bool:
+    """Whether `offset` lies inside a string literal (a `pass` in a docstring is prose)."""
+    b = len(text[:offset].encode("utf-8"))
+    node = tree.root_node.descendant_for_byte_range(b, b)
+    while node is not None:
+        if node.type in lang.string_types and node.start_byte < b < node.end_byte:
+            return True
+        node = node.parent
+    return False
+
+
 def _string_or_comment(text: str, cursor: int, lang: Language, tree: Any) -> Span | None:
     cb = len(text[:cursor].encode("utf-8"))
     # the node just before the cursor: at the end of a line comment, the cursor is past it
     node = tree.root_node.descendant_for_byte_range(max(0, cb - 1), cb)
     while node is not None:
         if node.type in lang.comment_types and node.start_byte < cb <= node.end_byte:
-            multi = node.start_point[0] != node.end_point[0]
+            body = node.text.decode("utf-8", errors="replace").rstrip("\r\n")
+            multi = "\n" in body or "\r" in body
+            line_comment = (
+                bool(lang.line_comment) and body.startswith(lang.line_comment) and not body.startswith("--[[")
+            )
             # a line comment runs to the end of its line: its end counts as inside
-            if cb < node.end_byte or not multi:
+            if cb < node.start_byte + len(body.encode("utf-8")) or line_comment:
                 return Span(cursor, cursor, "comment", multi, PROSE_BUDGET if multi else SINGLE_LINE_BUDGET)
         if node.type in lang.string_types and node.start_byte < cb < node.end_byte:
             multi = node.start_point[0] != node.end_point[0]
@@ -144,7 +163,7 @@ def _string_or_comment(text: str, cursor: int, lang: Language, tree: Any) -> Spa
     return None
 
 
-def _open_bracket(text: str, cursor: int) -> tuple[str, str] | None:
+def _open_bracket(text: str, cursor: int, comment: str = "") -> tuple[str, str] | None:
     """The innermost unclosed bracket before the cursor and the code before it, skipping
     brackets inside string literals on the way (a cheap scan, robust to broken code)."""
     start = max(0, cursor - BRACKET_LOOKBACK)
@@ -164,6 +183,10 @@ def _open_bracket(text: str, cursor: int) -> tuple[str, str] | None:
                 i += 1
             elif ch == quote or (ch == "\n" and quote != "`"):
                 quote = ""
+        elif comment and text.startswith(comment, i):  # skip a line comment
+            nl = text.find("\n", i, cursor)
+            i = cursor if nl == -1 else nl
+            continue
         elif ch in "\"'`":
             quote = ch
         elif ch in "([{":
@@ -183,14 +206,16 @@ def _bracket_kind(bracket: tuple[str, str]) -> SpanKind:
     char, before = bracket
     if char != "(" or not CALLEE_END.search(before):
         return "expression"
-    words = re.findall(r"[A-Za-z_]\w*|\S", before)
+    if re.search(r"(=>|\s>)\s*$", before):  # `x => (`, `a > (`: not calls
+        return "expression"
+    words = re.findall(r"[^\W\d]\w*|\S", before)
     name = words[-1] if words else ""
     if name in NOT_CALLEES:
         return "expression"
-    if not re.fullmatch(r"[A-Za-z_]\w*", name):  # `f(x)(`, `a[0](`, `foo<T>(`: calls
+    if not re.fullmatch(r"[^\W\d]\w*", name):  # `f(x)(`, `a[0](`, `foo<T>(`: calls
         return "argument_list"
     lead = words[-2] if len(words) > 1 else ""
-    if re.fullmatch(r"[A-Za-z_]\w*", lead) and lead not in CALL_LEADS:  # `int add(`, `def f(`
+    if re.fullmatch(r"[^\W\d]\w*", lead) and lead not in CALL_LEADS:  # `int add(`, `def f(`
         return "expression"
     return "argument_list"
 
@@ -214,7 +239,8 @@ def _opens_block(before: str, lang: Language) -> bool:
     if lang.name == "ruby":
         return first in lang.block_keywords or code.endswith(" do") or bool(re.search(r"\bdo\s*\|[^|]*\|$", code))
     if lang.name == "lua":
-        return code.endswith((" then", " do")) or first == "function" or code.startswith("local function")
+        opens = code.endswith((" then", " do")) or code == "else" or first in ("repeat", "function")
+        return opens or code.startswith("local function") or bool(re.search(r"\bfunction\s*\([^)]*\)$", code))
     return not lang.grammar and code.endswith((":", "{"))
 
 
@@ -233,23 +259,22 @@ def select_span(text: str, cursor: int, lang: Language, tree: Any | None = None)
     tree if the caller keeps one (incremental parsing); parsed here otherwise."""
     cursor = max(0, min(cursor, len(text)))
     line = _line_at(text, cursor)
+    if lang.grammar and tree is None:
+        parser = parser_for(lang.name)
+        tree = parser.parse(text.encode("utf-8")) if parser is not None else None
     hole = _hole(text, line, lang)
-    if hole is not None:
+    if hole is not None and not (tree is not None and in_string(text, hole.start, lang, tree)):
         return hole
-    if lang.grammar:
-        if tree is None:
-            parser = parser_for(lang.name)
-            tree = parser.parse(text.encode("utf-8")) if parser is not None else None
-        if tree is not None:
-            prose = _string_or_comment(text, cursor, lang, tree)
-            if prose is not None:
-                return prose
+    if tree is not None:
+        prose = _string_or_comment(text, cursor, lang, tree)
+        if prose is not None:
+            return prose
 
     def one_line(kind: SpanKind) -> Span:
-        return Span(cursor, cursor, kind if lang.grammar else "line", False, SINGLE_LINE_BUDGET)
+        return Span(cursor, cursor, kind if tree is not None else "line", False, SINGLE_LINE_BUDGET)
 
     block = Span(cursor, cursor, "block", True, MULTI_LINE_BUDGET)
-    bracket = _open_bracket(text, cursor)
+    bracket = _open_bracket(text, cursor, lang.line_comment)
     if line.after.strip():  # mid-line: the rest of the line is kept
         return one_line(_bracket_kind(bracket) if bracket else "expression")
     if not line.before.strip():  # a blank line
