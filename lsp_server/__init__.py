@@ -1,0 +1,1 @@
+"""diffusion-lsp's language server (pygls): thin handlers over the engine."""

@@ -1,0 +1,135 @@
+"""diffusion-lsp: the language server. Thin handlers turn LSP into engine calls and back.
+
+Implemented: inline completion (LSP 3.18 textDocument/inlineCompletion), the completion
+fallback for clients without it, settings from initializationOptions, model loading with
+$/progress, cancellation by newer requests and edits, type-through, and a
+`diffusion.stats` command (engine calls, for tests). Code actions, next-edit suggestions
+and drafts are not built yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+
+from engine.spans import language_for
+from lsp_server import convert
+from lsp_server.service import FillAnswer, FillService
+from lsp_server.settings import parse_settings
+
+log = logging.getLogger(__name__)
+
+NAME = "diffusion-lsp"
+VERSION = "0.1.0"
+
+
+class DiffusionServer(LanguageServer):
+    def __init__(self) -> None:
+        super().__init__(NAME, VERSION)
+        self.fills = FillService()
+        self.model_ready = threading.Event()
+
+
+def create_server(model: str | None = None) -> DiffusionServer:
+    server = DiffusionServer()
+    register(server, model)
+    return server
+
+
+def register(server: DiffusionServer, model_override: str | None) -> None:
+    @server.feature(types.INITIALIZE)
+    def initialize(ls: DiffusionServer, params: types.InitializeParams) -> None:
+        settings, problems = parse_settings(params.initialization_options)
+        if model_override:
+            settings = type(settings)(**{**settings.__dict__, "model": model_override})
+        ls.fills.settings = settings
+        for problem in problems:
+            ls.window_show_message(types.ShowMessageParams(types.MessageType.Warning, problem))
+
+    @server.feature(types.INITIALIZED)
+    def initialized(ls: DiffusionServer, params: types.InitializedParams) -> None:
+        threading.Thread(target=_load_model, args=(ls,), daemon=True, name="diffusion-load").start()
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: DiffusionServer, params: types.DidChangeTextDocumentParams) -> None:
+        ls.fills.cancel(params.text_document.uri)  # the running fill is for old text
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: DiffusionServer, params: types.DidCloseTextDocumentParams) -> None:
+        ls.fills.forget(params.text_document.uri)
+
+    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+    async def inline_completion(
+        ls: DiffusionServer, params: types.InlineCompletionParams
+    ) -> types.InlineCompletionList | None:
+        invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+        answer, where = await _fill(
+            ls, params.text_document.uri, params.position, ls.fills.settings.alternatives if invoked else 1
+        )
+        return convert.inline_items(answer, where) if answer else None
+
+    @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=[]))
+    async def completion(ls: DiffusionServer, params: types.CompletionParams) -> types.CompletionList | None:
+        answer, where = await _fill(ls, params.text_document.uri, params.position, 1)
+        return convert.completion_items(answer, where) if answer else None
+
+    @server.command("diffusion.stats")
+    def stats(ls: DiffusionServer, *args: object) -> dict[str, object]:
+        return {
+            "engine_calls": ls.fills.engine_calls,
+            "model_loaded": ls.fills.engine is not None,
+            "load_error": ls.fills.load_error,
+        }
+
+
+def _load_model(ls: DiffusionServer) -> None:
+    token = "diffusion-lsp/load-model"
+    try:
+        ls.work_done_progress.create(token).result(timeout=5)
+        ls.work_done_progress.begin(token, types.WorkDoneProgressBegin(title="diffusion-lsp: loading the model"))
+    except Exception:  # the client may not support progress: load anyway
+        token = ""
+    error = ls.fills.load(ls.fills.settings)
+    if token:
+        ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=error or "ready"))
+    if error:
+        ls.window_show_message(types.ShowMessageParams(types.MessageType.Error, f"diffusion-lsp: {error}"))
+    ls.model_ready.set()
+
+
+async def _fill(
+    ls: DiffusionServer, uri: str, position: types.Position, candidates: int
+) -> tuple[FillAnswer | None, convert.Where | None]:
+    """Read the document at its version, fill on the worker, drop the answer if stale."""
+    doc = ls.workspace.text_documents.get(uri)
+    if doc is None:  # unknown URI: nothing to complete
+        return None, None
+    where = convert.locate(doc, position)
+    lang = language_for(doc.language_id, uri)
+    languages = ls.fills.settings.languages
+    if languages and lang.name not in languages and (doc.language_id or "") not in languages:
+        return None, None
+    version = doc.version
+    prefix, suffix = doc.source[: where.offset], doc.source[where.offset :]
+
+    def still_current() -> bool:
+        current = ls.workspace.text_documents.get(uri)
+        return current is not None and current.version == version
+
+    await asyncio.get_running_loop().run_in_executor(None, ls.model_ready.wait)
+    future = ls.fills.submit(uri, prefix, suffix, lang.name if lang.grammar else None, candidates, still_current)
+    try:
+        answer = await asyncio.wrap_future(future)
+    except asyncio.CancelledError:  # $/cancelRequest: stop the fill between steps
+        ls.fills.cancel(uri)
+        raise
+    except Exception:  # an engine bug: logged, an empty answer, the server goes on
+        log.exception("fill failed for %s", uri)
+        return None, None
+    if answer is None or not still_current():
+        return None, None
+    return answer, where

@@ -1,0 +1,158 @@
+"""The fill service between the LSP handlers and the engine: one model, one worker thread,
+per-document cancellation and type-through. It knows LSP only as far as document URIs.
+
+- One worker runs fills one at a time (the engine and the machine's cores are shared).
+- Per document only the newest request matters: a new request or an edit sets the
+  previous request's cancel flag, which the sampler checks between denoising steps.
+- Type-through: when the text typed since the last suggestion is the start of that
+  suggestion, the rest is the answer at once, with no engine call.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.errors import EngineError
+from engine.infill import Candidate, InfillEngine, InfillRequest
+from engine.modeldir import load_model
+from engine.sampler import SamplerConfig
+from lsp_server.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Shown:
+    """The last suggestion returned for a document."""
+
+    prefix: str
+    suffix: str
+    text: str
+
+
+@dataclass
+class FillAnswer:
+    candidates: list[Candidate]
+    from_type_through: bool = False
+
+
+class FillService:
+    def __init__(self) -> None:
+        self.engine: InfillEngine | None = None
+        self.load_error: str | None = None
+        self.settings = Settings()
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diffusion-fill")
+        self.engine_calls = 0
+        self._flags: dict[str, threading.Event] = {}
+        self._shown: dict[str, _Shown] = {}
+        self._lock = threading.Lock()
+
+    # -- model
+    def load(self, settings: Settings) -> str | None:
+        """Load the model the settings name; returns an error message, or None."""
+        self.settings = settings
+        try:
+            model = load_model(Path(settings.model) if settings.model else None, settings.backend, settings.device)
+        except EngineError as exc:
+            self.engine, self.load_error = None, str(exc)
+            log.error("model not loaded: %s", exc)
+            return self.load_error
+        self.engine, self.load_error = InfillEngine(model), None
+        log.info("model loaded from %s (%s backend)", model.path, model.backend)
+        return None
+
+    # -- cancellation
+    def cancel(self, uri: str) -> None:
+        """Stop the running fill for `uri` at its next denoising step."""
+        with self._lock:
+            flag = self._flags.pop(uri, None)
+        if flag is not None:
+            flag.set()
+
+    def forget(self, uri: str) -> None:
+        self.cancel(uri)
+        self._shown.pop(uri, None)
+
+    # -- fills
+    def type_through(self, uri: str, prefix: str, suffix: str) -> str | None:
+        """The rest of the last suggestion when the user typed its start, else None."""
+        shown = self._shown.get(uri)
+        if shown is None or suffix != shown.suffix or not prefix.startswith(shown.prefix):
+            return None
+        typed = prefix[len(shown.prefix) :]
+        if typed and shown.text.startswith(typed) and len(shown.text) > len(typed):
+            return shown.text[len(typed) :]
+        return None
+
+    def submit(
+        self,
+        uri: str,
+        prefix: str,
+        suffix: str,
+        language: str | None,
+        candidates: int,
+        still_current: Callable[[], bool],
+    ) -> Future[FillAnswer | None]:
+        """Run a fill on the worker; the future gives None when it was cancelled or the
+        document moved on. A newer request for the same document cancels this one."""
+        rest = self.type_through(uri, prefix, suffix)
+        if rest is not None:
+            done: Future[FillAnswer | None] = Future()
+            done.set_result(FillAnswer([Candidate(text=rest, token_ids=[], confidence=[])], from_type_through=True))
+            return done
+        self.cancel(uri)
+        flag = threading.Event()
+        with self._lock:
+            self._flags[uri] = flag
+        return self.worker.submit(self._run, uri, prefix, suffix, language, candidates, flag, still_current)
+
+    def _run(
+        self,
+        uri: str,
+        prefix: str,
+        suffix: str,
+        language: str | None,
+        candidates: int,
+        flag: threading.Event,
+        still_current: Callable[[], bool],
+    ) -> FillAnswer | None:
+        engine = self.engine
+        if engine is None or flag.is_set():
+            return None
+        s = self.settings
+        sampler: SamplerConfig | None = None
+        if s.strategy or s.max_steps:
+            base = engine.default_sampler()
+            sampler = SamplerConfig(
+                **{
+                    **base.__dict__,
+                    **({"strategy": s.strategy} if s.strategy else {}),
+                    **({"max_steps": s.max_steps} if s.max_steps else {}),
+                }
+            )
+        self.engine_calls += 1
+        result = engine.fill(
+            InfillRequest(
+                prefix=prefix,
+                suffix=suffix,
+                language=language,
+                canvas_tokens=s.max_fill_tokens,
+                context_tokens=s.context_tokens,
+                candidates=candidates,
+                sampler=sampler,
+                cancel=lambda: flag.is_set() or not still_current(),
+            )
+        )
+        with self._lock:
+            if self._flags.get(uri) is flag:
+                del self._flags[uri]
+        if flag.is_set() or not still_current() or result.stop_reason == "cancelled":
+            return None
+        if result.candidates:
+            self._shown[uri] = _Shown(prefix, suffix, result.candidates[0].text)
+        return FillAnswer(result.candidates)
