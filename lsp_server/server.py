@@ -54,6 +54,17 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
     def initialized(ls: DiffusionServer, params: types.InitializedParams) -> None:
         threading.Thread(target=_load_model, args=(ls,), daemon=True, name="diffusion-load").start()
 
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    def did_change_configuration(ls: DiffusionServer, params: types.DidChangeConfigurationParams) -> None:
+        old = ls.fills.settings
+        settings, problems = parse_settings(params.settings, old)
+        for problem in problems:
+            ls.window_show_message(types.ShowMessageParams(types.MessageType.Warning, problem))
+        ls.fills.settings = settings
+        if (settings.model, settings.backend, settings.device) != (old.model, old.backend, old.device):
+            ls.model_ready.clear()  # requests wait for the new model
+            threading.Thread(target=_load_model, args=(ls,), daemon=True, name="diffusion-load").start()
+
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: DiffusionServer, params: types.DidChangeTextDocumentParams) -> None:
         ls.fills.cancel(params.text_document.uri)  # the running fill is for old text

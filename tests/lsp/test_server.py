@@ -125,3 +125,63 @@ async def test_bad_positions_and_unknown_documents_get_empty_answers(client: Lan
     assert unknown is None
     stats = await client.workspace_execute_command_async(types.ExecuteCommandParams("diffusion.stats"))
     assert stats["model_loaded"] is True  # still serving
+
+
+async def test_a_storm_of_edits_answers_only_the_latest(client: LanguageClient) -> None:
+    """Requests for versions the document has moved past come back empty; the newest is
+    answered, and the server keeps serving."""
+    import asyncio
+
+    pos = types.Position(26, 0)
+    pending = []
+    version = 100
+    for i in range(20):
+        version += 1
+        client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                types.VersionedTextDocumentIdentifier(version=version, uri=URI),
+                [types.TextDocumentContentChangePartial(range=types.Range(pos, pos), text="")],
+            )
+        )
+        pending.append(asyncio.ensure_future(inline(client, pos, types.InlineCompletionTriggerKind.Invoked)))
+    results = await asyncio.gather(*pending)
+    assert results[-1] is not None and results[-1].items  # the newest is answered
+    assert sum(r is None for r in results[:-1]) >= 10  # most stale ones were dropped
+    stats = await client.workspace_execute_command_async(types.ExecuteCommandParams("diffusion.stats"))
+    assert stats["engine_calls"] < 20 + 10  # cancelled ones did not all run to the end
+
+
+@pytest_lsp.fixture(
+    config=ClientServerConfig(server_command=[sys.executable, "-m", "lsp_server", "--model", "/nonexistent/model"]),
+    scope="module",
+)
+async def broken(lsp_client: LanguageClient):  # type: ignore[no-untyped-def]
+    await lsp_client.initialize_session(types.InitializeParams(capabilities=client_capabilities("visual_studio_code")))
+    lsp_client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(URI, "python", 1, SAMPLE)))
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def test_a_model_that_fails_to_load_is_reported_and_the_server_stays_up(broken: LanguageClient) -> None:
+    result = await inline(broken, types.Position(26, 0), types.InlineCompletionTriggerKind.Invoked)
+    assert result is None
+    stats = await broken.workspace_execute_command_async(types.ExecuteCommandParams("diffusion.stats"))
+    assert stats["model_loaded"] is False and "/nonexistent/model" in stats["load_error"]
+    assert any("model directory not found: /nonexistent/model" in m.message for m in broken.messages)
+
+
+async def test_a_settings_change_can_load_another_model(broken: LanguageClient) -> None:
+    import asyncio
+
+    shipped = str(ROOT / "engine" / "weights")
+    broken.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"diffusionLsp": {"model": shipped}})
+    )
+    for _ in range(100):  # loading takes a moment: the stats command does not wait for it
+        stats = await broken.workspace_execute_command_async(types.ExecuteCommandParams("diffusion.stats"))
+        if stats["model_loaded"]:
+            break
+        await asyncio.sleep(0.1)
+    assert stats["model_loaded"] is True
+    result = await inline(broken, types.Position(26, 0), types.InlineCompletionTriggerKind.Invoked)
+    assert result is not None and result.items
