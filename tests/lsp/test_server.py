@@ -135,7 +135,7 @@ async def test_a_storm_of_edits_answers_only_the_latest(client: LanguageClient) 
     pos = types.Position(26, 0)
     pending = []
     version = 100
-    for i in range(20):
+    for _ in range(20):
         version += 1
         client.text_document_did_change(
             types.DidChangeTextDocumentParams(
