@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from engine.denoisers.base import EncodedContext
 from engine.denoisers.kv import common_prefix_len
 
-DEFAULT_MAX_BYTES = 256 * 1024 * 1024  # about 60 contexts of 1,024 tokens for the shipped model
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024  # about 15 contexts of 1,024 tokens for the shipped model (4 MB each)
 
 
 class ContextCache:

@@ -14,6 +14,7 @@ import logging
 import threading
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 
 from engine.spans import language_for
@@ -77,6 +78,7 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
     async def inline_completion(
         ls: DiffusionServer, params: types.InlineCompletionParams
     ) -> types.InlineCompletionList | None:
+        _require(params, types.InlineCompletionParams)
         invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
         answer, where = await _fill(
             ls, params.text_document.uri, params.position, ls.fills.settings.alternatives if invoked else 1
@@ -85,6 +87,7 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=[]))
     async def completion(ls: DiffusionServer, params: types.CompletionParams) -> types.CompletionList | None:
+        _require(params, types.CompletionParams)
         answer, where = await _fill(ls, params.text_document.uri, params.position, 1)
         return convert.completion_items(answer, where) if answer else None
 
@@ -95,6 +98,12 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
             "model_loaded": ls.fills.engine is not None,
             "load_error": ls.fills.load_error,
         }
+
+
+def _require(params: object, kind: type) -> None:
+    """pygls hands over the raw JSON when params do not match the method's type."""
+    if not isinstance(params, kind):
+        raise JsonRpcInvalidParams(f"params are not {kind.__name__}")
 
 
 def _load_model(ls: DiffusionServer) -> None:

@@ -1,0 +1,152 @@
+"""Server benchmark: request to response over stdio with the shipped model on CPU.
+Prints JSON; never asserted in tests.
+
+    python bench/server_bench.py [--repeats N]
+
+Scenarios, at N cursor positions (line ends) in a large held-out file, 1,024-token
+context (contextTokens setting):
+  first_completion_s   process start to the first inline completion answered
+  cold     a new cursor position (fresh context)
+  warm     the same position after one typed character that does not match the
+           suggestion (cache reused, the fill denoised again)
+  type_through         one typed character that matches the suggestion (no model call)
+and the server's peak RSS (VmHWM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+from lsprotocol import types
+from pytest_lsp import client_capabilities
+from pytest_lsp.client import make_test_lsp_client
+
+URI = "file:///bench/big.py"
+
+
+def source() -> str:
+    path = Path(sysconfig.get_paths()["stdlib"]) / "email" / "_header_value_parser.py"
+    return path.read_text(encoding="utf-8")
+
+
+def p50(xs: list[float]) -> float:
+    return round(statistics.median(xs), 2)
+
+
+def p95(xs: list[float]) -> float:
+    return round(sorted(xs)[int(0.95 * (len(xs) - 1))], 2)
+
+
+async def run(repeats: int) -> dict[str, object]:
+    text = source()
+    lines = text.split("\n")
+    client = make_test_lsp_client()
+    t0 = time.perf_counter()
+    await client.start_io(sys.executable, "-m", "lsp_server")
+    caps = client_capabilities("visual_studio_code")
+    assert caps.text_document is not None
+    caps.text_document.inline_completion = types.InlineCompletionClientCapabilities()
+    await client.initialize_session(
+        types.InitializeParams(capabilities=caps, initialization_options={"diffusionLsp": {"contextTokens": 1024}})
+    )
+    version = 1
+    client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(URI, "python", version, text)))
+
+    async def ask(line: int, col: int) -> types.InlineCompletionList | None:
+        return await client.text_document_inline_completion_async(
+            types.InlineCompletionParams(
+                text_document=types.TextDocumentIdentifier(URI),
+                position=types.Position(line, col),
+                context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic),
+            )
+        )
+
+    def type_char(line: int, col: int, ch: str) -> None:
+        nonlocal version
+        version += 1
+        pos = types.Position(line, col)
+        client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                types.VersionedTextDocumentIdentifier(version=version, uri=URI),
+                [types.TextDocumentContentChangePartial(range=types.Range(pos, pos), text=ch)],
+            )
+        )
+
+    def undo(line: int, col: int) -> None:
+        nonlocal version
+        version += 1
+        client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                types.VersionedTextDocumentIdentifier(version=version, uri=URI),
+                [
+                    types.TextDocumentContentChangePartial(
+                        range=types.Range(types.Position(line, col), types.Position(line, col + 1)), text=""
+                    )
+                ],
+            )
+        )
+
+    first_line = len(lines) // 3
+    await ask(first_line, len(lines[first_line]))
+    first_s = time.perf_counter() - t0
+    cold, warm, through = [], [], []
+    step = max(1, (len(lines) - first_line - 10) // repeats)
+    for i in range(repeats):
+        line = first_line + 5 + i * step
+        col = len(lines[line])
+        t = time.perf_counter()
+        shown = await ask(line, col)
+        cold.append((time.perf_counter() - t) * 1000)
+        suggestion = str(shown.items[0].insert_text) if shown and shown.items else ""
+        if suggestion:  # type the suggestion's first character: answered from it
+            type_char(line, col, suggestion[0])
+            t = time.perf_counter()
+            await ask(line, col + 1) if suggestion[0] != "\n" else None
+            through.append((time.perf_counter() - t) * 1000)
+            undo(line, col)
+        other = "#" if not suggestion.startswith("#") else "@"  # a character that does not match
+        type_char(line, col, other)
+        t = time.perf_counter()
+        await ask(line, col + 1)
+        warm.append((time.perf_counter() - t) * 1000)
+        undo(line, col)
+    stats = await client.workspace_execute_command_async(types.ExecuteCommandParams("diffusion.stats"))
+    rss_mb = None
+    server = getattr(client, "_server", None)
+    pid = getattr(server, "pid", None)
+    if pid:
+        for row in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if row.startswith("VmHWM:"):
+                rss_mb = round(int(row.split()[1]) / 1024, 1)
+    await client.shutdown_session()
+    return {
+        "first_completion_s": round(first_s, 2),
+        "cold": {"p50_ms": p50(cold), "p95_ms": p95(cold), "n": len(cold)},
+        "warm": {"p50_ms": p50(warm), "p95_ms": p95(warm), "n": len(warm)},
+        "type_through": {"p50_ms": p50(through), "p95_ms": p95(through), "n": len(through)} if through else None,
+        "server_peak_rss_mb": rss_mb,
+        "engine_calls": stats["engine_calls"],
+        "file_lines": len(lines),
+        "context_tokens": 1024,
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--repeats", type=int, default=30)
+    args = p.parse_args()
+    report = asyncio.run(run(args.repeats))
+    json.dump(report, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
