@@ -72,3 +72,15 @@ def completion_items(answer: FillAnswer, where: Where | None) -> types.Completio
             )
         )
     return types.CompletionList(is_incomplete=True, items=items) if items else None
+
+
+def position_at(doc: Any, offset: int) -> types.Position:
+    """The LSP (UTF-16) position of a code point offset into the document's text."""
+    server = doc.server_position_at_offset(max(0, min(offset, len(doc.source))))
+    return doc.position_codec.position_to_client_units(doc.lines, server)
+
+
+def replace_edit(doc: Any, uri: str, start: int, end: int, text: str) -> types.WorkspaceEdit:
+    """A WorkspaceEdit replacing the document's text[start:end] with `text`."""
+    rng = types.Range(position_at(doc, start), position_at(doc, end))
+    return types.WorkspaceEdit(changes={uri: [types.TextEdit(rng, text)]})

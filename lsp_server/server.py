@@ -1,10 +1,11 @@
 """diffusion-lsp: the language server. Thin handlers turn LSP into engine calls and back.
 
 Implemented: inline completion (LSP 3.18 textDocument/inlineCompletion), the completion
-fallback for clients without it, settings from initializationOptions, model loading with
-$/progress, cancellation by newer requests and edits, type-through, and a
-`diffusion.stats` command (engine calls, for tests). Code actions, next-edit suggestions
-and drafts are not built yet.
+fallback for clients without it, code actions (fill hole, fill all holes, regenerate
+selection) run as commands that apply WorkspaceEdits, settings from initializationOptions
+and didChangeConfiguration, model loading with $/progress, cancellation by newer
+requests and edits, type-through, and a `diffusion.stats` command (engine calls, for
+tests). Refine selection, next-edit suggestions and drafts are not built yet.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 
-from engine.spans import language_for
+from engine.spans import Document, expand_selection, find_holes, language_for
 from lsp_server import convert
 from lsp_server.service import FillAnswer, FillService
 from lsp_server.settings import parse_settings
@@ -91,6 +92,107 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
         answer, where = await _fill(ls, params.text_document.uri, params.position, 1)
         return convert.completion_items(answer, where) if answer else None
 
+    @server.feature(
+        types.TEXT_DOCUMENT_CODE_ACTION,
+        types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.RefactorRewrite]),
+    )
+    def code_action(ls: DiffusionServer, params: types.CodeActionParams) -> list[types.CodeAction] | None:
+        _require(params, types.CodeActionParams)
+        uri = params.text_document.uri
+        doc = ls.workspace.text_documents.get(uri)
+        if doc is None:
+            return None
+        lang = language_for(doc.language_id, uri)
+        start = convert.locate(doc, params.range.start)
+        end = convert.locate(doc, params.range.end)
+        holes = find_holes(Document(doc.source, lang))
+        line_start, line_end = doc.source.rfind("\n", 0, start.offset) + 1, doc.source.find("\n", end.offset)
+        line_end = len(doc.source) if line_end == -1 else line_end
+        here = [h for h in holes if line_start <= h.start <= line_end]
+        kind = types.CodeActionKind.RefactorRewrite
+        actions = []
+        if here:
+            pos = convert.position_at(doc, here[0].start)
+            actions.append(
+                types.CodeAction(
+                    "Fill hole",
+                    kind=kind,
+                    command=types.Command(
+                        title="Fill hole", command="diffusion.fillHole", arguments=[uri, pos.line, pos.character]
+                    ),
+                )
+            )
+        if holes:
+            actions.append(
+                types.CodeAction(
+                    "Fill all holes in file",
+                    kind=kind,
+                    command=types.Command(
+                        title="Fill all holes in file", command="diffusion.fillAllHoles", arguments=[uri]
+                    ),
+                )
+            )
+        if end.offset > start.offset:
+            rng = [start.position.line, start.position.character, end.position.line, end.position.character]
+            actions.append(
+                types.CodeAction(
+                    "Regenerate selection",
+                    kind=kind,
+                    command=types.Command(
+                        title="Regenerate selection", command="diffusion.regenerateSelection", arguments=[uri, *rng]
+                    ),
+                )
+            )
+        return actions or None
+
+    @server.command("diffusion.fillHole")
+    async def fill_hole(ls: DiffusionServer, uri: str, line: int, character: int) -> types.WorkspaceEdit | None:
+        doc = ls.workspace.text_documents.get(uri)
+        if doc is None:
+            return None
+        at = convert.locate(doc, types.Position(line, character)).offset
+        holes = [
+            h for h in find_holes(Document(doc.source, language_for(doc.language_id, uri))) if h.start <= at <= h.end
+        ]
+        if not holes:
+            return None
+        return await _replace(ls, doc, uri, holes[0].start, holes[0].end)
+
+    @server.command("diffusion.fillAllHoles")
+    async def fill_all_holes(ls: DiffusionServer, uri: str) -> types.WorkspaceEdit | None:
+        """Each hole in turn, last to first, each fill seeing the earlier holes' context
+        (not yet one joint canvas: the engine fills one span per call)."""
+        doc = ls.workspace.text_documents.get(uri)
+        if doc is None:
+            return None
+        lang = language_for(doc.language_id, uri)
+        text = doc.source
+        edits = []
+        for hole in reversed(find_holes(Document(text, lang))):
+            fill = await _in_worker(ls, text[: hole.start], text[hole.end :], lang.name if lang.grammar else None)
+            edits.append(
+                types.TextEdit(
+                    types.Range(convert.position_at(doc, hole.start), convert.position_at(doc, hole.end)), fill
+                )
+            )
+        if not edits:
+            return None
+        edit = types.WorkspaceEdit(changes={uri: edits})
+        ls.workspace_apply_edit(types.ApplyWorkspaceEditParams(edit, label="Fill all holes"))
+        return edit
+
+    @server.command("diffusion.regenerateSelection")
+    async def regenerate(
+        ls: DiffusionServer, uri: str, sl: int, sc: int, el: int, ec: int
+    ) -> types.WorkspaceEdit | None:
+        doc = ls.workspace.text_documents.get(uri)
+        if doc is None:
+            return None
+        lo = convert.locate(doc, types.Position(sl, sc)).offset
+        hi = convert.locate(doc, types.Position(el, ec)).offset
+        lo, hi = expand_selection(Document(doc.source, language_for(doc.language_id, uri)), lo, hi)
+        return await _replace(ls, doc, uri, lo, hi)
+
     @server.command("diffusion.stats")
     def stats(ls: DiffusionServer, *args: object) -> dict[str, object]:
         return {
@@ -98,6 +200,21 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
             "model_loaded": ls.fills.engine is not None,
             "load_error": ls.fills.load_error,
         }
+
+
+async def _in_worker(ls: DiffusionServer, prefix: str, suffix: str, language: str | None) -> str:
+    await asyncio.get_running_loop().run_in_executor(None, ls.model_ready.wait)
+    return await asyncio.wrap_future(ls.fills.worker.submit(ls.fills.fill_region, prefix, suffix, language))
+
+
+async def _replace(ls: DiffusionServer, doc: object, uri: str, start: int, end: int) -> types.WorkspaceEdit | None:
+    """Fill text[start:end] from its surroundings and apply the edit in the client."""
+    text: str = doc.source  # type: ignore[attr-defined]
+    lang = language_for(doc.language_id, uri)  # type: ignore[attr-defined]
+    fill = await _in_worker(ls, text[:start], text[end:], lang.name if lang.grammar else None)
+    edit = convert.replace_edit(doc, uri, start, end, fill)
+    ls.workspace_apply_edit(types.ApplyWorkspaceEditParams(edit, label="diffusion-lsp"))
+    return edit
 
 
 def _require(params: object, kind: type) -> None:

@@ -156,3 +156,21 @@ class FillService:
         if result.candidates:
             self._shown[uri] = _Shown(prefix, suffix, result.candidates[0].text)
         return FillAnswer(result.candidates)
+
+    def fill_region(self, prefix: str, suffix: str, language: str | None) -> str:
+        """A fill between prefix and suffix, on the worker, for code actions (no type-
+        through, no cancellation): the best candidate's text, or "" when none parses."""
+        engine = self.engine
+        if engine is None:
+            return ""
+        self.engine_calls += 1
+        result = engine.fill(
+            InfillRequest(
+                prefix=prefix,
+                suffix=suffix,
+                language=language,
+                canvas_tokens=self.settings.max_fill_tokens,
+                context_tokens=self.settings.context_tokens,
+            )
+        )
+        return result.text

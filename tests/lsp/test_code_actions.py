@@ -1,0 +1,99 @@
+"""Code actions and their commands: fill hole, fill all holes, regenerate selection,
+applied as WorkspaceEdits (the client's workspace/applyEdit is captured here)."""
+
+from __future__ import annotations
+
+import ast
+import sys
+
+import pytest
+import pytest_lsp
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+
+URI = "file:///work/holes.py"
+TEXT = "def area(w, h):\n    pass\n\n\ndef perimeter(w, h):\n    # TODO: compute it\n\n\ntotal = area(2, 3) + perimeter(2, 3)\n"
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_lsp.fixture(config=ClientServerConfig(server_command=[sys.executable, "-m", "lsp_server"]), scope="module")
+async def client(lsp_client: LanguageClient):  # type: ignore[no-untyped-def]
+    applied: list[types.WorkspaceEdit] = []
+
+    @lsp_client.feature(types.WORKSPACE_APPLY_EDIT)
+    def apply_edit(params: types.ApplyWorkspaceEditParams) -> types.ApplyWorkspaceEditResult:
+        applied.append(params.edit)
+        return types.ApplyWorkspaceEditResult(applied=True)
+
+    lsp_client.applied = applied  # type: ignore[attr-defined]
+    await lsp_client.initialize_session(types.InitializeParams(capabilities=client_capabilities("visual_studio_code")))
+    lsp_client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(URI, "python", 1, TEXT)))
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def actions(client: LanguageClient, rng: types.Range) -> list[tuple[str, str, list[object]]]:
+    """(title, command, arguments) of each code action offered."""
+    result = await client.text_document_code_action_async(
+        types.CodeActionParams(types.TextDocumentIdentifier(URI), rng, types.CodeActionContext(diagnostics=[]))
+    )
+    out = []
+    for a in result or []:
+        if isinstance(a, types.CodeAction) and a.command is not None:
+            out.append((a.title, a.command.command, list(a.command.arguments or [])))
+        elif isinstance(a, types.Command):
+            # the test client's converter reads a CodeAction that carries a command as a
+            # Command whose `command` is the str() of the nested one: undo that here
+            nested = (
+                ast.literal_eval(a.command)
+                if a.command.startswith("{")
+                else {"command": a.command, "arguments": a.arguments}
+            )
+            out.append((a.title, nested["command"], list(nested.get("arguments") or [])))
+    return out
+
+
+async def run(client: LanguageClient, action: tuple[str, str, list[object]]) -> types.WorkspaceEdit:
+    _, command, arguments = action
+    result = await client.workspace_execute_command_async(types.ExecuteCommandParams(command, arguments))
+    return types.WorkspaceEdit(changes={URI: [types.TextEdit(**_edit(e)) for e in result["changes"][URI]]})
+
+
+def _edit(raw: dict) -> dict:  # type: ignore[type-arg]
+    r = raw["range"]
+    rng = types.Range(types.Position(**r["start"]), types.Position(**r["end"]))
+    return {"range": rng, "new_text": raw["newText"]}
+
+
+async def test_a_hole_under_the_cursor_offers_fill_hole_and_fill_all(client: LanguageClient) -> None:
+    cursor = types.Position(1, 6)  # on `pass`
+    titles = [a[0] for a in await actions(client, types.Range(cursor, cursor))]
+    assert titles == ["Fill hole", "Fill all holes in file"]
+    nowhere = types.Position(8, 3)  # the last line: no hole there, no selection
+    assert [a[0] for a in await actions(client, types.Range(nowhere, nowhere))] == ["Fill all holes in file"]
+
+
+async def test_fill_hole_replaces_the_marker_only(client: LanguageClient) -> None:
+    cursor = types.Position(1, 6)
+    fill_hole = (await actions(client, types.Range(cursor, cursor)))[0]
+    edit = await run(client, fill_hole)
+    (change,) = edit.changes[URI]  # type: ignore[index]
+    assert change.range == types.Range(types.Position(1, 4), types.Position(1, 8))  # `pass`
+    assert client.applied and client.applied[-1].changes[URI][0].range == change.range  # type: ignore[attr-defined]
+
+
+async def test_fill_all_holes_edits_every_hole_in_one_edit(client: LanguageClient) -> None:
+    cursor = types.Position(1, 6)
+    fill_all = (await actions(client, types.Range(cursor, cursor)))[1]
+    edit = await run(client, fill_all)
+    ranges = sorted((e.range.start.line, e.range.start.character) for e in edit.changes[URI])  # type: ignore[index]
+    assert ranges == [(1, 4), (5, 4)]  # `pass` and the TODO comment
+
+
+async def test_regenerate_selection_grows_to_whole_nodes(client: LanguageClient) -> None:
+    sel = types.Range(types.Position(8, 10), types.Position(8, 14))  # "ea(2": part of `area(2, 3)`
+    action = next(a for a in await actions(client, sel) if a[0] == "Regenerate selection")
+    edit = await run(client, action)
+    (change,) = edit.changes[URI]  # type: ignore[index]
+    assert change.range == types.Range(types.Position(8, 8), types.Position(8, 18))  # `area(2, 3)`
