@@ -25,7 +25,7 @@ import numpy as np
 from engine import drafter
 from engine.cache import DEFAULT_MAX_BYTES, ContextCache
 from engine.modeldir import LoadedModel
-from engine.sampler import SamplerConfig, StepView, initial_canvas, run
+from engine.sampler import SamplerConfig, StepView, initial_canvas, log_softmax, run
 from engine.syntax import check_candidates
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,7 @@ SUFFIX_SHARE = 0.25  # of the context budget for code after the cursor, unless t
 TRIM_QUANTUM_LINES = 16  # trims move in steps of this many lines (cache-friendly)
 MAX_CHARS_PER_TOKEN = 12  # text farther than budget * this from the cursor is never kept
 CANDIDATE_TEMPERATURE = 0.8  # for the extra, sampled candidates
+REFINE_KEEP = 0.3  # refine: tokens the model gives at least this probability are kept
 # transformers' DiffusionGemmaGenerationConfig defaults (_get_default_generation_params)
 UNIFORM_DEFAULTS: dict[str, Any] = {
     "max_steps": 48,
@@ -66,6 +67,9 @@ class InfillRequest:
     warm_start: bool = True
     on_draft: Callable[[int, list[str]], None] | None = None  # step, text of each candidate
     check_syntax: bool = True  # with a language that has a grammar: validate and cut candidates
+    refine: str | None = (
+        None  # existing text between prefix and suffix: keep the tokens the model finds likely, re-fill the rest
+    )
     document: Any | None = None  # the caller's spans.Document of prefix + suffix, if it keeps one
 
 
@@ -283,7 +287,13 @@ class InfillEngine:
             row_temperature = self.den.as_array(factors)
         rng = self.den.random_source(cfg.seed)
         canvas = initial_canvas(self.den, b, c, rng)
-        proposal, warm = self._proposals(req, prefix_ids, suffix_ids, c)
+        fixed = None
+        proposal: list[int] = []
+        warm = False
+        if req.refine is not None:
+            canvas, fixed = self._refine_canvas(req.refine, state, canvas, c)
+        else:
+            proposal, warm = self._proposals(req, prefix_ids, suffix_ids, c)
         draft_mask = np.zeros((b, c), dtype=bool)
         if proposal:
             host = np.asarray(_to_host(canvas)).copy()
@@ -308,6 +318,7 @@ class InfillEngine:
             canvas,
             cfg,
             rng,
+            fixed=fixed,
             draft=self.den.as_array(draft_mask) if proposal else None,
             greedy_rows=self.den.as_array(greedy_rows),
             row_temperature=row_temperature,
@@ -347,6 +358,22 @@ class InfillEngine:
             warm_start=warm,
             warnings=warnings,
         )
+
+    def _refine_canvas(self, text: str, state: Any, canvas: Any, c: int) -> tuple[Any, Any]:
+        """Score `text` in place (one forward pass with it visible); its tokens the model
+        gives at least REFINE_KEEP probability stay fixed, the others are re-filled."""
+        sp = self.tok.special
+        ids = self.tok.encode(text)[: c - 1]
+        visible = np.full((1, c), sp.pad, dtype=np.int64)
+        visible[0, : len(ids)] = ids
+        visible[0, len(ids)] = sp.eof
+        logp = log_softmax(self.den.denoise(state, self.den.as_array(visible)))
+        probs = np.exp(np.asarray(_to_host(logp))[0, np.arange(len(ids)), ids])  # (len(ids),)
+        keep = np.zeros(canvas.shape, dtype=bool)
+        keep[:, : len(ids)] = probs >= REFINE_KEEP
+        host = np.asarray(_to_host(canvas)).copy()
+        host[:, : len(ids)] = np.where(keep[:, : len(ids)], ids, host[:, : len(ids)])
+        return self.den.as_array(host), self.den.as_array(keep)
 
     def _decode_row(self, row: np.ndarray) -> tuple[str, int]:
         """The fill's text and length: tokens before the first end-of-fill or padding

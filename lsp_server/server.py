@@ -2,10 +2,10 @@
 
 Implemented: inline completion (LSP 3.18 textDocument/inlineCompletion), the completion
 fallback for clients without it, code actions (fill hole, fill all holes, regenerate
-selection) run as commands that apply WorkspaceEdits, settings from initializationOptions
+selection, refine selection) run as commands that apply WorkspaceEdits, settings from initializationOptions
 and didChangeConfiguration, model loading with $/progress, cancellation by newer
 requests and edits, type-through, and a `diffusion.stats` command (engine calls, for
-tests). Refine selection, next-edit suggestions and drafts are not built yet.
+tests). Next-edit suggestions and drafts are not built yet.
 """
 
 from __future__ import annotations
@@ -143,6 +143,15 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
                     ),
                 )
             )
+            actions.append(
+                types.CodeAction(
+                    "Refine selection",
+                    kind=kind,
+                    command=types.Command(
+                        title="Refine selection", command="diffusion.refineSelection", arguments=[uri, *rng]
+                    ),
+                )
+            )
         return actions or None
 
     @server.command("diffusion.fillHole")
@@ -185,13 +194,11 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
     async def regenerate(
         ls: DiffusionServer, uri: str, sl: int, sc: int, el: int, ec: int
     ) -> types.WorkspaceEdit | None:
-        doc = ls.workspace.text_documents.get(uri)
-        if doc is None:
-            return None
-        lo = convert.locate(doc, types.Position(sl, sc)).offset
-        hi = convert.locate(doc, types.Position(el, ec)).offset
-        lo, hi = expand_selection(Document(doc.source, language_for(doc.language_id, uri)), lo, hi)
-        return await _replace(ls, doc, uri, lo, hi)
+        return await _rewrite_selection(ls, uri, types.Range(types.Position(sl, sc), types.Position(el, ec)), False)
+
+    @server.command("diffusion.refineSelection")
+    async def refine(ls: DiffusionServer, uri: str, sl: int, sc: int, el: int, ec: int) -> types.WorkspaceEdit | None:
+        return await _rewrite_selection(ls, uri, types.Range(types.Position(sl, sc), types.Position(el, ec)), True)
 
     @server.command("diffusion.stats")
     def stats(ls: DiffusionServer, *args: object) -> dict[str, object]:
@@ -202,16 +209,36 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
         }
 
 
-async def _in_worker(ls: DiffusionServer, prefix: str, suffix: str, language: str | None) -> str:
+async def _in_worker(
+    ls: DiffusionServer, prefix: str, suffix: str, language: str | None, refine: str | None = None
+) -> str:
     await asyncio.get_running_loop().run_in_executor(None, ls.model_ready.wait)
-    return await asyncio.wrap_future(ls.fills.worker.submit(ls.fills.fill_region, prefix, suffix, language))
+    return await asyncio.wrap_future(ls.fills.worker.submit(ls.fills.fill_region, prefix, suffix, language, refine))
 
 
-async def _replace(ls: DiffusionServer, doc: object, uri: str, start: int, end: int) -> types.WorkspaceEdit | None:
-    """Fill text[start:end] from its surroundings and apply the edit in the client."""
+async def _rewrite_selection(
+    ls: DiffusionServer, uri: str, rng: types.Range, refine: bool
+) -> types.WorkspaceEdit | None:
+    """Regenerate (everything masked) or refine (unlikely tokens masked) a selection grown
+    to whole syntax nodes."""
+    doc = ls.workspace.text_documents.get(uri)
+    if doc is None:
+        return None
+    lo = convert.locate(doc, rng.start).offset
+    hi = convert.locate(doc, rng.end).offset
+    lo, hi = expand_selection(Document(doc.source, language_for(doc.language_id, uri)), lo, hi)
+    return await _replace(ls, doc, uri, lo, hi, refine=refine)
+
+
+async def _replace(
+    ls: DiffusionServer, doc: object, uri: str, start: int, end: int, refine: bool = False
+) -> types.WorkspaceEdit | None:
+    """Fill text[start:end] from its surroundings (or refine the text there) and apply
+    the edit in the client."""
     text: str = doc.source  # type: ignore[attr-defined]
     lang = language_for(doc.language_id, uri)  # type: ignore[attr-defined]
-    fill = await _in_worker(ls, text[:start], text[end:], lang.name if lang.grammar else None)
+    current = text[start:end] if refine else None
+    fill = await _in_worker(ls, text[:start], text[end:], lang.name if lang.grammar else None, current)
     edit = convert.replace_edit(doc, uri, start, end, fill)
     ls.workspace_apply_edit(types.ApplyWorkspaceEditParams(edit, label="diffusion-lsp"))
     return edit

@@ -157,9 +157,10 @@ class FillService:
             self._shown[uri] = _Shown(prefix, suffix, result.candidates[0].text)
         return FillAnswer(result.candidates)
 
-    def fill_region(self, prefix: str, suffix: str, language: str | None) -> str:
+    def fill_region(self, prefix: str, suffix: str, language: str | None, refine: str | None = None) -> str:
         """A fill between prefix and suffix, on the worker, for code actions (no type-
-        through, no cancellation): the best candidate's text, or "" when none parses."""
+        through, no cancellation): the best candidate's text, or "" when none parses.
+        `refine`: the current text there, whose likely tokens are kept."""
         engine = self.engine
         if engine is None:
             return ""
@@ -171,6 +172,7 @@ class FillService:
                 language=language,
                 canvas_tokens=self.settings.max_fill_tokens,
                 context_tokens=self.settings.context_tokens,
+                refine=refine,
             )
         )
         return result.text

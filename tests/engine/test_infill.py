@@ -189,3 +189,29 @@ def test_a_context_budget_of_zero_is_raised_with_a_warning(engine: InfillEngine)
     warnings: list[str] = []
     ctx, _, _ = engine.build_context(InfillRequest(prefix=SOURCE, suffix=SOURCE, context_tokens=0), warnings, 16)
     assert len(ctx) <= 16 and any("context budget 0 is below 16" in w for w in warnings)
+
+
+def test_refine_keeps_the_tokens_the_model_finds_likely(shipped: InfillEngine) -> None:
+    import numpy as np
+
+    from engine.infill import REFINE_KEEP
+    from engine.sampler import log_softmax
+
+    a = SOURCE.index("return sum(")
+    b = SOURCE.index("\n", a)
+    prefix, middle, suffix = SOURCE[:a], SOURCE[a:b], SOURCE[b:]
+    shipped.reset()
+    result = shipped.fill(InfillRequest(prefix=prefix, suffix=suffix, refine=middle))
+    # score the middle independently, as the engine does
+    ctx, _, _ = shipped.build_context(InfillRequest(prefix=prefix, suffix=suffix), [], 32)
+    state = shipped.den.encode(ctx)
+    ids = shipped.tok.encode(middle)
+    sp = shipped.tok.special
+    visible = np.full((1, 32), sp.pad)
+    visible[0, : len(ids)] = ids
+    visible[0, len(ids)] = sp.eof
+    probs = np.exp(log_softmax(shipped.den.denoise(state, visible))[0, np.arange(len(ids)), ids])
+    kept = [i for i, p in enumerate(probs) if p >= REFINE_KEEP]
+    assert 0 < len(kept) < len(ids)  # some kept, some re-filled: the test means something
+    tokens = result.candidates[0].token_ids if result.candidates else []
+    assert all(i < len(tokens) and tokens[i] == ids[i] for i in kept)

@@ -97,3 +97,11 @@ async def test_regenerate_selection_grows_to_whole_nodes(client: LanguageClient)
     edit = await run(client, action)
     (change,) = edit.changes[URI]  # type: ignore[index]
     assert change.range == types.Range(types.Position(8, 8), types.Position(8, 18))  # `area(2, 3)`
+
+
+async def test_refine_selection_rewrites_the_selected_nodes(client: LanguageClient) -> None:
+    sel = types.Range(types.Position(8, 10), types.Position(8, 14))
+    action = next(a for a in await actions(client, sel) if a[0] == "Refine selection")
+    edit = await run(client, action)
+    (change,) = edit.changes[URI]  # type: ignore[index]
+    assert change.range == types.Range(types.Position(8, 8), types.Position(8, 18))
