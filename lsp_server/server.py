@@ -5,7 +5,7 @@ fallback for clients without it, code actions (fill hole, fill all holes, regene
 selection, refine selection) run as commands that apply WorkspaceEdits, settings from initializationOptions
 and didChangeConfiguration, model loading with $/progress, cancellation by newer
 requests and edits, type-through, and a `diffusion.stats` command (engine calls, for
-tests). Next-edit suggestions and drafts are not built yet.
+tests), and diffusion/inlineEdit (next edit suggestion). Drafts are not built yet.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 
-from engine.spans import Document, expand_selection, find_holes, language_for
+from engine.spans import Document, enclosing_node, expand_selection, find_holes, language_for
 from lsp_server import convert
 from lsp_server.service import FillAnswer, FillService
 from lsp_server.settings import parse_settings
@@ -26,6 +26,7 @@ from lsp_server.settings import parse_settings
 log = logging.getLogger(__name__)
 
 NAME = "diffusion-lsp"
+INLINE_EDIT = "diffusion/inlineEdit"  # custom request: next edit suggestion
 VERSION = "0.1.0"
 
 
@@ -200,6 +201,29 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
     async def refine(ls: DiffusionServer, uri: str, sl: int, sc: int, el: int, ec: int) -> types.WorkspaceEdit | None:
         return await _rewrite_selection(ls, uri, types.Range(types.Position(sl, sc), types.Position(el, ec)), True)
 
+    @server.feature(INLINE_EDIT)
+    async def inline_edit(ls: DiffusionServer, params: object) -> dict[str, object]:
+        """Next edit suggestion: the statement around the position, refined (its unlikely
+        tokens re-filled). Answer: {"edits": [{"range", "text", "textDocument": {"uri",
+        "version"}}]}, the shape Copilot's inline edits use; no edits when nothing changes."""
+        uri, version, position = _inline_edit_params(params)
+        doc = ls.workspace.text_documents.get(uri)
+        if doc is None:
+            return {"edits": []}
+        at = convert.locate(doc, position).offset
+        lo, hi = enclosing_node(Document(doc.source, language_for(doc.language_id, uri)), at)
+        edit = await _replace(ls, doc, uri, lo, hi, refine=True, apply=False)
+        current = ls.workspace.text_documents.get(uri)
+        if edit is None or current is None or current.version != doc.version:
+            return {"edits": []}
+        (change,) = (edit.changes or {}).get(uri, [])
+        if change.new_text == doc.source[lo:hi] or not change.new_text.strip():
+            return {"edits": []}
+        rng = ls.protocol._converter.unstructure(change.range)
+        return {
+            "edits": [{"range": rng, "text": change.new_text, "textDocument": {"uri": uri, "version": doc.version}}]
+        }
+
     @server.command("diffusion.stats")
     def stats(ls: DiffusionServer, *args: object) -> dict[str, object]:
         return {
@@ -231,7 +255,7 @@ async def _rewrite_selection(
 
 
 async def _replace(
-    ls: DiffusionServer, doc: object, uri: str, start: int, end: int, refine: bool = False
+    ls: DiffusionServer, doc: object, uri: str, start: int, end: int, refine: bool = False, apply: bool = True
 ) -> types.WorkspaceEdit | None:
     """Fill text[start:end] from its surroundings (or refine the text there) and apply
     the edit in the client."""
@@ -240,8 +264,29 @@ async def _replace(
     current = text[start:end] if refine else None
     fill = await _in_worker(ls, text[:start], text[end:], lang.name if lang.grammar else None, current)
     edit = convert.replace_edit(doc, uri, start, end, fill)
-    ls.workspace_apply_edit(types.ApplyWorkspaceEditParams(edit, label="diffusion-lsp"))
+    if apply:
+        ls.workspace_apply_edit(types.ApplyWorkspaceEditParams(edit, label="diffusion-lsp"))
     return edit
+
+
+def _inline_edit_params(params: object) -> tuple[str, int | None, types.Position]:
+    """(uri, version, position) of a diffusion/inlineEdit request; InvalidParams else."""
+
+    def get(obj: object, key: str) -> object:
+        return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
+
+    doc, pos = get(params, "textDocument"), get(params, "position")
+    uri, line, character = get(doc, "uri"), get(pos, "line"), get(pos, "character")
+    if (
+        not isinstance(uri, str)
+        or not isinstance(line, int)
+        or not isinstance(character, int)
+        or line < 0
+        or character < 0
+    ):
+        raise JsonRpcInvalidParams("diffusion/inlineEdit needs textDocument.uri and a position")
+    version = get(doc, "version")
+    return uri, version if isinstance(version, int) else None, types.Position(line, character)
 
 
 def _require(params: object, kind: type) -> None:

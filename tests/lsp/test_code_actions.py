@@ -105,3 +105,26 @@ async def test_refine_selection_rewrites_the_selected_nodes(client: LanguageClie
     edit = await run(client, action)
     (change,) = edit.changes[URI]  # type: ignore[index]
     assert change.range == types.Range(types.Position(8, 8), types.Position(8, 18))
+
+
+def field(obj: object, key: str) -> object:
+    """A key of a JSON object as the test client hands it over (dict or pygls Object)."""
+    return obj[key] if isinstance(obj, dict) else getattr(obj, key)
+
+
+async def test_inline_edit_proposes_a_rewrite_of_the_enclosing_statement(client: LanguageClient) -> None:
+    params = {"textDocument": {"uri": URI, "version": 1}, "position": {"line": 8, "character": 10}}
+    result = await client.protocol.send_request_async("diffusion/inlineEdit", params)
+    edits = field(result, "edits")
+    assert isinstance(edits, (list, tuple))
+    for edit in edits:  # the shipped model may or may not change the statement
+        start = field(field(edit, "range"), "start")
+        assert field(start, "line") == 8 and field(start, "character") == 0  # the whole statement
+        assert field(field(edit, "textDocument"), "uri") == URI and isinstance(field(edit, "text"), str)
+
+
+async def test_inline_edit_with_bad_params_is_invalid_params(client: LanguageClient) -> None:
+    with pytest.raises(Exception, match="InvalidParams|needs textDocument"):
+        await client.protocol.send_request_async("diffusion/inlineEdit", {"position": "nowhere"})
+    stats = await client.workspace_execute_command_async(types.ExecuteCommandParams("diffusion.stats"))
+    assert stats["model_loaded"] is True  # still serving
