@@ -105,10 +105,10 @@ async def run(repeats: int) -> dict[str, object]:
         shown = await ask(line, col)
         cold.append((time.perf_counter() - t) * 1000)
         suggestion = str(shown.items[0].insert_text) if shown and shown.items else ""
-        if suggestion:  # type the suggestion's first character: answered from it
+        if suggestion and suggestion[0] not in "\r\n":  # type its first character: answered from it
             type_char(line, col, suggestion[0])
             t = time.perf_counter()
-            await ask(line, col + 1) if suggestion[0] != "\n" else None
+            await ask(line, col + 1)
             through.append((time.perf_counter() - t) * 1000)
             undo(line, col)
         other = "#" if not suggestion.startswith("#") else "@"  # a character that does not match

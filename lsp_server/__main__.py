@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import threading
 from collections.abc import Sequence
 
 
@@ -16,12 +17,12 @@ class _ClientLogHandler(logging.Handler):
         super().__init__(logging.INFO)
         self.server = server
 
-    _busy = False
+    _state = threading.local()  # per thread: a message logged while sending one is dropped
 
     def emit(self, record: logging.LogRecord) -> None:
         from lsprotocol import types
 
-        if _ClientLogHandler._busy:  # a message logged while sending one: drop it
+        if getattr(self._state, "busy", False):
             return
 
         kind = (
@@ -29,13 +30,13 @@ class _ClientLogHandler(logging.Handler):
             if record.levelno >= logging.ERROR
             else (types.MessageType.Warning if record.levelno >= logging.WARNING else types.MessageType.Log)
         )
-        _ClientLogHandler._busy = True
+        self._state.busy = True
         try:
             self.server.window_log_message(types.LogMessageParams(kind, self.format(record)))  # type: ignore[attr-defined]
         except Exception:  # no client yet, or it went away: logging must never fail a request
             pass
         finally:
-            _ClientLogHandler._busy = False
+            self._state.busy = False
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,6 +3,7 @@ fill candidates to inline completion and completion items. No server state here.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,23 +20,49 @@ class Where:
     position: types.Position  # the (clamped) client position of that offset
 
 
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)?")
+
+
+def _lines(text: str) -> list[str]:
+    """Lines as editors count them (ending at \\n, \\r\\n or \\r), with their endings;
+    a text ending in a line break has an empty last line."""
+    lines = [m.group(0) for m in _LINE.finditer(text) if m.group(0)]
+    if not lines or lines[-1].endswith(("\n", "\r")):
+        lines.append("")
+    return lines
+
+
+def _utf16(s: str) -> int:
+    return len(s.encode("utf-16-le")) // 2
+
+
 def locate(doc: Any, position: types.Position) -> Where:
-    """The offset of an LSP position; a position past the end of its line or of the
-    document is clamped to that end (clients send such positions while typing)."""
-    lines: list[str] = doc.lines
-    if not lines:
-        return Where(0, types.Position(0, 0))
-    if position.line >= len(lines):  # past the last line: the end of the document
-        last = lines[-1]
-        if last.endswith(("\n", "\r")):
-            return Where(len(doc.source), types.Position(len(lines), 0))
-        end = doc.position_codec.position_to_client_units(lines, types.Position(len(lines) - 1, len(last)))
-        return Where(len(doc.source), end)
-    server = doc.position_codec.position_from_client_units(lines, position)
-    body = lines[position.line].rstrip("\r\n")
-    col = min(server.character, len(body))
-    offset = sum(len(line) for line in lines[: position.line]) + col
-    return Where(offset, doc.position_codec.position_to_client_units(lines, types.Position(position.line, col)))
+    """The offset of an LSP position (UTF-16 columns); a position past the end of its
+    line or of the document is clamped to that end (clients send such positions while
+    typing). Never touches the caller's position object."""
+    text: str = doc.source
+    lines = _lines(text)
+    line = min(position.line, len(lines) - 1)
+    body = lines[line].rstrip("\r\n")
+    target = position.character if position.line < len(lines) else _utf16(body)
+    col, units = 0, 0
+    while col < len(body) and units + _utf16(body[col]) <= target:
+        units += _utf16(body[col])
+        col += 1
+    offset = sum(len(x) for x in lines[:line]) + col
+    return Where(offset, types.Position(line, units))
+
+
+def position_at(doc: Any, offset: int) -> types.Position:
+    """The LSP (UTF-16) position of a code point offset into the document's text."""
+    text: str = doc.source
+    offset = max(0, min(offset, len(text)))
+    start = 0
+    for i, line in enumerate(_lines(text)):
+        if offset <= start + len(line.rstrip("\r\n")) or not line:
+            return types.Position(i, _utf16(text[start:offset]))
+        start += len(line)
+    return types.Position(0, 0)  # unreachable: the last line is empty or holds the end
 
 
 def inline_items(answer: FillAnswer, where: Where | None) -> types.InlineCompletionList | None:
@@ -74,13 +101,8 @@ def completion_items(answer: FillAnswer, where: Where | None) -> types.Completio
     return types.CompletionList(is_incomplete=True, items=items) if items else None
 
 
-def position_at(doc: Any, offset: int) -> types.Position:
-    """The LSP (UTF-16) position of a code point offset into the document's text."""
-    server = doc.server_position_at_offset(max(0, min(offset, len(doc.source))))
-    return doc.position_codec.position_to_client_units(doc.lines, server)
-
-
-def replace_edit(doc: Any, uri: str, start: int, end: int, text: str) -> types.WorkspaceEdit:
-    """A WorkspaceEdit replacing the document's text[start:end] with `text`."""
-    rng = types.Range(position_at(doc, start), position_at(doc, end))
-    return types.WorkspaceEdit(changes={uri: [types.TextEdit(rng, text)]})
+def versioned_edit(uri: str, version: int | None, edits: list[types.TextEdit]) -> types.WorkspaceEdit:
+    """A WorkspaceEdit for one version of a document (the client refuses it if the
+    document has changed since)."""
+    ident = types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version)
+    return types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(ident, edits)])

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from typing import Any
+from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
@@ -27,6 +29,7 @@ log = logging.getLogger(__name__)
 
 NAME = "diffusion-lsp"
 INLINE_EDIT = "diffusion/inlineEdit"  # custom request: next edit suggestion
+MAX_INLINE_EDIT_CHARS = 2000  # a next-edit rewrites a statement, not a whole file
 VERSION = "0.1.0"
 
 
@@ -100,7 +103,7 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
     def code_action(ls: DiffusionServer, params: types.CodeActionParams) -> list[types.CodeAction] | None:
         _require(params, types.CodeActionParams)
         uri = params.text_document.uri
-        doc = ls.workspace.text_documents.get(uri)
+        doc = _doc(ls, uri)
         if doc is None:
             return None
         lang = language_for(doc.language_id, uri)
@@ -157,7 +160,7 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
 
     @server.command("diffusion.fillHole")
     async def fill_hole(ls: DiffusionServer, uri: str, line: int, character: int) -> types.WorkspaceEdit | None:
-        doc = ls.workspace.text_documents.get(uri)
+        doc = _doc(ls, uri)
         if doc is None:
             return None
         at = convert.locate(doc, types.Position(line, character)).offset
@@ -172,22 +175,20 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
     async def fill_all_holes(ls: DiffusionServer, uri: str) -> types.WorkspaceEdit | None:
         """Each hole in turn, last to first, each fill seeing the earlier holes' context
         (not yet one joint canvas: the engine fills one span per call)."""
-        doc = ls.workspace.text_documents.get(uri)
+        doc = _doc(ls, uri)
         if doc is None:
             return None
         lang = language_for(doc.language_id, uri)
-        text = doc.source
+        text, version = doc.source, doc.version
         edits = []
         for hole in reversed(find_holes(Document(text, lang))):
+            rng = types.Range(convert.position_at(doc, hole.start), convert.position_at(doc, hole.end))
             fill = await _in_worker(ls, text[: hole.start], text[hole.end :], lang.name if lang.grammar else None)
-            edits.append(
-                types.TextEdit(
-                    types.Range(convert.position_at(doc, hole.start), convert.position_at(doc, hole.end)), fill
-                )
-            )
-        if not edits:
+            edits.append(types.TextEdit(rng, fill))
+        now = _doc(ls, uri)
+        if not edits or now is None or now.version != version:
             return None
-        edit = types.WorkspaceEdit(changes={uri: edits})
+        edit = convert.versioned_edit(uri, version, edits)
         ls.workspace_apply_edit(types.ApplyWorkspaceEditParams(edit, label="Fill all holes"))
         return edit
 
@@ -207,17 +208,22 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
         tokens re-filled). Answer: {"edits": [{"range", "text", "textDocument": {"uri",
         "version"}}]}, the shape Copilot's inline edits use; no edits when nothing changes."""
         uri, version, position = _inline_edit_params(params)
-        doc = ls.workspace.text_documents.get(uri)
+        doc = _doc(ls, uri)
         if doc is None:
+            return {"edits": []}
+        if not doc.source.strip():
             return {"edits": []}
         at = convert.locate(doc, position).offset
         lo, hi = enclosing_node(Document(doc.source, language_for(doc.language_id, uri)), at)
+        if hi - lo > MAX_INLINE_EDIT_CHARS or (lo, hi) == (0, len(doc.source)):
+            return {"edits": []}  # no statement here (a blank line): nothing to suggest
+        old = doc.source[lo:hi]
         edit = await _replace(ls, doc, uri, lo, hi, refine=True, apply=False)
-        current = ls.workspace.text_documents.get(uri)
-        if edit is None or current is None or current.version != doc.version:
+        if edit is None or not edit.document_changes:
             return {"edits": []}
-        (change,) = (edit.changes or {}).get(uri, [])
-        if change.new_text == doc.source[lo:hi] or not change.new_text.strip():
+        change = edit.document_changes[0].edits[0]  # type: ignore[union-attr]
+        assert isinstance(change, types.TextEdit)
+        if change.new_text == old or not change.new_text.strip():
             return {"edits": []}
         rng = ls.protocol._converter.unstructure(change.range)
         return {
@@ -245,7 +251,7 @@ async def _rewrite_selection(
 ) -> types.WorkspaceEdit | None:
     """Regenerate (everything masked) or refine (unlikely tokens masked) a selection grown
     to whole syntax nodes."""
-    doc = ls.workspace.text_documents.get(uri)
+    doc = _doc(ls, uri)
     if doc is None:
         return None
     lo = convert.locate(doc, rng.start).offset
@@ -255,15 +261,21 @@ async def _rewrite_selection(
 
 
 async def _replace(
-    ls: DiffusionServer, doc: object, uri: str, start: int, end: int, refine: bool = False, apply: bool = True
+    ls: DiffusionServer, doc: Any, uri: str, start: int, end: int, refine: bool = False, apply: bool = True
 ) -> types.WorkspaceEdit | None:
-    """Fill text[start:end] from its surroundings (or refine the text there) and apply
-    the edit in the client."""
-    text: str = doc.source  # type: ignore[attr-defined]
-    lang = language_for(doc.language_id, uri)  # type: ignore[attr-defined]
+    """Fill text[start:end] from its surroundings (or refine the text there) and apply the
+    edit in the client. The range and version are those of the text the fill was made
+    for; when the document changes meanwhile, the fill is dropped."""
+    text: str = doc.source
+    version = doc.version
+    rng = types.Range(convert.position_at(doc, start), convert.position_at(doc, end))
+    lang = language_for(doc.language_id, uri)
     current = text[start:end] if refine else None
     fill = await _in_worker(ls, text[:start], text[end:], lang.name if lang.grammar else None, current)
-    edit = convert.replace_edit(doc, uri, start, end, fill)
+    now = _doc(ls, uri)
+    if now is None or now.version != version:
+        return None
+    edit = convert.versioned_edit(uri, version, [types.TextEdit(rng, fill)])
     if apply:
         ls.workspace_apply_edit(types.ApplyWorkspaceEditParams(edit, label="diffusion-lsp"))
     return edit
@@ -289,32 +301,53 @@ def _inline_edit_params(params: object) -> tuple[str, int | None, types.Position
     return uri, version if isinstance(version, int) else None, types.Position(line, character)
 
 
+def _doc(ls: DiffusionServer, uri: str) -> Any | None:
+    """The open document for `uri` (pygls keys them by the unquoted URI), or None."""
+    docs = ls.workspace.text_documents
+    return docs.get(uri) or docs.get(unquote(uri))
+
+
 def _require(params: object, kind: type) -> None:
     """pygls hands over the raw JSON when params do not match the method's type."""
     if not isinstance(params, kind):
         raise JsonRpcInvalidParams(f"params are not {kind.__name__}")
 
 
+_LOAD_LOCK = threading.Lock()
+
+
 def _load_model(ls: DiffusionServer) -> None:
-    token = "diffusion-lsp/load-model"
-    try:
-        ls.work_done_progress.create(token).result(timeout=5)
-        ls.work_done_progress.begin(token, types.WorkDoneProgressBegin(title="diffusion-lsp: loading the model"))
-    except Exception:  # the client may not support progress: load anyway
-        token = ""
-    error = ls.fills.load(ls.fills.settings)
-    if token:
-        ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=error or "ready"))
-    if error:
-        ls.window_show_message(types.ShowMessageParams(types.MessageType.Error, f"diffusion-lsp: {error}"))
-    ls.model_ready.set()
+    """Load the model the settings name, with $/progress; whatever happens, requests
+    waiting for the model are released (with no model they answer empty)."""
+    with _LOAD_LOCK:
+        token = "diffusion-lsp/load-model"
+        try:
+            try:
+                ls.work_done_progress.create(token).result(timeout=5)
+                ls.work_done_progress.begin(
+                    token, types.WorkDoneProgressBegin(title="diffusion-lsp: loading the model")
+                )
+            except Exception:  # the client may not support progress: load anyway
+                token = ""
+            try:
+                error = ls.fills.load(ls.fills.settings)
+            except Exception as exc:  # a broken model directory must not hang the server
+                log.exception("model failed to load")
+                ls.fills.engine, ls.fills.load_error = None, f"the model failed to load: {exc}"
+                error = ls.fills.load_error
+            if token:
+                ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=error or "ready"))
+            if error:
+                ls.window_show_message(types.ShowMessageParams(types.MessageType.Error, f"diffusion-lsp: {error}"))
+        finally:
+            ls.model_ready.set()
 
 
 async def _fill(
     ls: DiffusionServer, uri: str, position: types.Position, candidates: int
 ) -> tuple[FillAnswer | None, convert.Where | None]:
     """Read the document at its version, fill on the worker, drop the answer if stale."""
-    doc = ls.workspace.text_documents.get(uri)
+    doc = _doc(ls, uri)
     if doc is None:  # unknown URI: nothing to complete
         return None, None
     where = convert.locate(doc, position)
@@ -326,15 +359,15 @@ async def _fill(
     prefix, suffix = doc.source[: where.offset], doc.source[where.offset :]
 
     def still_current() -> bool:
-        current = ls.workspace.text_documents.get(uri)
+        current = _doc(ls, uri)
         return current is not None and current.version == version
 
     await asyncio.get_running_loop().run_in_executor(None, ls.model_ready.wait)
-    future = ls.fills.submit(uri, prefix, suffix, lang.name if lang.grammar else None, candidates, still_current)
+    future, flag = ls.fills.submit(uri, prefix, suffix, lang.name if lang.grammar else None, candidates, still_current)
     try:
         answer = await asyncio.wrap_future(future)
-    except asyncio.CancelledError:  # $/cancelRequest: stop the fill between steps
-        ls.fills.cancel(uri)
+    except asyncio.CancelledError:  # $/cancelRequest: stop this fill (not a newer one) between steps
+        flag.set()
         raise
     except Exception:  # an engine bug: logged, an empty answer, the server goes on
         log.exception("fill failed for %s", uri)

@@ -97,19 +97,20 @@ class FillService:
         language: str | None,
         candidates: int,
         still_current: Callable[[], bool],
-    ) -> Future[FillAnswer | None]:
-        """Run a fill on the worker; the future gives None when it was cancelled or the
-        document moved on. A newer request for the same document cancels this one."""
+    ) -> tuple[Future[FillAnswer | None], threading.Event]:
+        """Run a fill on the worker: (future, its cancel flag). The future gives None when
+        the fill was cancelled or the document moved on. A newer request for the same
+        document cancels this one."""
+        flag = threading.Event()
         rest = self.type_through(uri, prefix, suffix)
         if rest is not None:
             done: Future[FillAnswer | None] = Future()
             done.set_result(FillAnswer([Candidate(text=rest, token_ids=[], confidence=[])], from_type_through=True))
-            return done
+            return done, flag
         self.cancel(uri)
-        flag = threading.Event()
         with self._lock:
             self._flags[uri] = flag
-        return self.worker.submit(self._run, uri, prefix, suffix, language, candidates, flag, still_current)
+        return self.worker.submit(self._run, uri, prefix, suffix, language, candidates, flag, still_current), flag
 
     def _run(
         self,

@@ -57,7 +57,9 @@ async def actions(client: LanguageClient, rng: types.Range) -> list[tuple[str, s
 async def run(client: LanguageClient, action: tuple[str, str, list[object]]) -> types.WorkspaceEdit:
     _, command, arguments = action
     result = await client.workspace_execute_command_async(types.ExecuteCommandParams(command, arguments))
-    return types.WorkspaceEdit(changes={URI: [types.TextEdit(**_edit(e)) for e in result["changes"][URI]]})
+    (change,) = result["documentChanges"]  # one versioned edit of the document
+    assert change["textDocument"]["uri"] == URI and isinstance(change["textDocument"]["version"], int)
+    return types.WorkspaceEdit(changes={URI: [types.TextEdit(**_edit(e)) for e in change["edits"]]})
 
 
 def _edit(raw: dict) -> dict:  # type: ignore[type-arg]
@@ -80,7 +82,8 @@ async def test_fill_hole_replaces_the_marker_only(client: LanguageClient) -> Non
     edit = await run(client, fill_hole)
     (change,) = edit.changes[URI]  # type: ignore[index]
     assert change.range == types.Range(types.Position(1, 4), types.Position(1, 8))  # `pass`
-    assert client.applied and client.applied[-1].changes[URI][0].range == change.range  # type: ignore[attr-defined]
+    applied = client.applied[-1].document_changes[0]  # type: ignore[attr-defined]
+    assert applied.edits[0].range == change.range
 
 
 async def test_fill_all_holes_edits_every_hole_in_one_edit(client: LanguageClient) -> None:

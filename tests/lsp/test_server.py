@@ -135,6 +135,7 @@ async def test_a_storm_of_edits_answers_only_the_latest(client: LanguageClient) 
     pos = types.Position(26, 0)
     pending = []
     version = 100
+    before = await client.workspace_execute_command_async(types.ExecuteCommandParams("diffusion.stats"))
     for _ in range(20):
         version += 1
         client.text_document_did_change(
@@ -148,7 +149,9 @@ async def test_a_storm_of_edits_answers_only_the_latest(client: LanguageClient) 
     assert results[-1] is not None and results[-1].items  # the newest is answered
     assert sum(r is None for r in results[:-1]) >= 10  # most stale ones were dropped
     stats = await client.workspace_execute_command_async(types.ExecuteCommandParams("diffusion.stats"))
-    assert stats["engine_calls"] < 20 + 10  # cancelled ones did not all run to the end
+    # superseded requests are cancelled before they reach the engine (one worker runs
+    # fills in turn); without cancellation all 20 would run
+    assert stats["engine_calls"] - before["engine_calls"] <= 10
 
 
 @pytest_lsp.fixture(
@@ -184,4 +187,17 @@ async def test_a_settings_change_can_load_another_model(broken: LanguageClient) 
         await asyncio.sleep(0.1)
     assert stats["model_loaded"] is True
     result = await inline(broken, types.Position(26, 0), types.InlineCompletionTriggerKind.Invoked)
+    assert result is not None and result.items
+
+
+async def test_uris_with_escapes_are_found(client: LanguageClient) -> None:
+    uri = "file:///work/my%20file.py"  # a space; Windows paths arrive as file:///c%3A/...
+    client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(uri, "python", 1, SAMPLE)))
+    result = await client.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri),
+            position=types.Position(26, 0),
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+        )
+    )
     assert result is not None and result.items
