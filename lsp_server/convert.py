@@ -21,48 +21,51 @@ class Where:
 
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)?")
-
-
-def _lines(text: str) -> list[str]:
-    """Lines as editors count them (ending at \\n, \\r\\n or \\r), with their endings;
-    a text ending in a line break has an empty last line."""
-    lines = [m.group(0) for m in _LINE.finditer(text) if m.group(0)]
-    if not lines or lines[-1].endswith(("\n", "\r")):
-        lines.append("")
-    return lines
+_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 def _utf16(s: str) -> int:
     return len(s.encode("utf-16-le")) // 2
 
 
+def _line_at(text: str, line: int) -> tuple[int, int, str]:
+    """(index, start offset, text without its break) of line `line`, or of the last line
+    when the text has fewer lines; scans only up to it."""
+    start, index = 0, 0
+    for m in _LINE.finditer(text):
+        seg = m.group(0)
+        if not seg:
+            break
+        if index == line:
+            return index, start, seg.rstrip("\r\n")
+        start += len(seg)
+        index += 1
+        if not seg.endswith(("\n", "\r")):  # the last line, without a break
+            return index - 1, start - len(seg), seg
+    return index, start, ""  # the empty line after a final break (or an empty text)
+
+
 def locate(doc: Any, position: types.Position) -> Where:
     """The offset of an LSP position (UTF-16 columns); a position past the end of its
     line or of the document is clamped to that end (clients send such positions while
     typing). Never touches the caller's position object."""
-    text: str = doc.source
-    lines = _lines(text)
-    line = min(position.line, len(lines) - 1)
-    body = lines[line].rstrip("\r\n")
-    target = position.character if position.line < len(lines) else _utf16(body)
+    index, start, body = _line_at(doc.source, position.line)
+    target = position.character if index == position.line else _utf16(body)
     col, units = 0, 0
     while col < len(body) and units + _utf16(body[col]) <= target:
         units += _utf16(body[col])
         col += 1
-    offset = sum(len(x) for x in lines[:line]) + col
-    return Where(offset, types.Position(line, units))
+    return Where(start + col, types.Position(index, units))
 
 
 def position_at(doc: Any, offset: int) -> types.Position:
     """The LSP (UTF-16) position of a code point offset into the document's text."""
     text: str = doc.source
     offset = max(0, min(offset, len(text)))
-    start = 0
-    for i, line in enumerate(_lines(text)):
-        if offset <= start + len(line.rstrip("\r\n")) or not line:
-            return types.Position(i, _utf16(text[start:offset]))
-        start += len(line)
-    return types.Position(0, 0)  # unreachable: the last line is empty or holds the end
+    before = text[:offset]
+    line = len(_BREAK.findall(before))
+    start = max(before.rfind("\n"), before.rfind("\r")) + 1
+    return types.Position(line, _utf16(before[start:]))
 
 
 def inline_items(answer: FillAnswer, where: Where | None) -> types.InlineCompletionList | None:
