@@ -113,49 +113,16 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
         line_start, line_end = doc.source.rfind("\n", 0, start.offset) + 1, doc.source.find("\n", end.offset)
         line_end = len(doc.source) if line_end == -1 else line_end
         here = [h for h in holes if line_start <= h.start <= line_end]
-        kind = types.CodeActionKind.RefactorRewrite
         actions = []
         if here:
             pos = convert.position_at(doc, here[0].start)
-            actions.append(
-                types.CodeAction(
-                    "Fill hole",
-                    kind=kind,
-                    command=types.Command(
-                        title="Fill hole", command="diffusion.fillHole", arguments=[uri, pos.line, pos.character]
-                    ),
-                )
-            )
+            actions.append(_action("Fill hole", "diffusion.fillHole", [uri, pos.line, pos.character]))
         if holes:
-            actions.append(
-                types.CodeAction(
-                    "Fill all holes in file",
-                    kind=kind,
-                    command=types.Command(
-                        title="Fill all holes in file", command="diffusion.fillAllHoles", arguments=[uri]
-                    ),
-                )
-            )
+            actions.append(_action("Fill all holes in file", "diffusion.fillAllHoles", [uri]))
         if end.offset > start.offset:
-            rng = [start.position.line, start.position.character, end.position.line, end.position.character]
-            actions.append(
-                types.CodeAction(
-                    "Regenerate selection",
-                    kind=kind,
-                    command=types.Command(
-                        title="Regenerate selection", command="diffusion.regenerateSelection", arguments=[uri, *rng]
-                    ),
-                )
-            )
-            actions.append(
-                types.CodeAction(
-                    "Refine selection",
-                    kind=kind,
-                    command=types.Command(
-                        title="Refine selection", command="diffusion.refineSelection", arguments=[uri, *rng]
-                    ),
-                )
-            )
+            rng = [uri, start.position.line, start.position.character, end.position.line, end.position.character]
+            actions.append(_action("Regenerate selection", "diffusion.regenerateSelection", rng))
+            actions.append(_action("Refine selection", "diffusion.refineSelection", rng))
         return actions or None
 
     @server.command("diffusion.fillHole")
@@ -299,6 +266,12 @@ def _inline_edit_params(params: object) -> tuple[str, int | None, types.Position
         raise JsonRpcInvalidParams("diffusion/inlineEdit needs textDocument.uri and a position")
     version = get(doc, "version")
     return uri, version if isinstance(version, int) else None, types.Position(line, character)
+
+
+def _action(title: str, command: str, arguments: list[object]) -> types.CodeAction:
+    """A rewrite code action that runs one of our commands."""
+    cmd = types.Command(title=title, command=command, arguments=arguments)
+    return types.CodeAction(title, kind=types.CodeActionKind.RefactorRewrite, command=cmd)
 
 
 def _doc(ls: DiffusionServer, uri: str) -> Any | None:
