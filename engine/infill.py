@@ -25,7 +25,7 @@ import numpy as np
 from engine import drafter
 from engine.cache import DEFAULT_MAX_BYTES, ContextCache
 from engine.modeldir import LoadedModel
-from engine.sampler import SamplerConfig, StepView, initial_canvas, log_softmax, run
+from engine.sampler import SamplerConfig, StepView, initial_canvas, log_softmax, run, to_numpy
 from engine.syntax import check_candidates
 
 log = logging.getLogger(__name__)
@@ -296,7 +296,7 @@ class InfillEngine:
             proposal, warm = self._proposals(req, prefix_ids, suffix_ids, c)
         draft_mask = np.zeros((b, c), dtype=bool)
         if proposal:
-            host = np.asarray(_to_host(canvas)).copy()
+            host = to_numpy(canvas).copy()
             host[:, : len(proposal)] = proposal
             draft_mask[:, : len(proposal)] = True
             canvas = self.den.as_array(host)
@@ -308,7 +308,7 @@ class InfillEngine:
             cb = req.on_draft
 
             def on_step(view: StepView) -> None:
-                rows = np.asarray(_to_host(view.argmax_canvas))
+                rows = to_numpy(view.argmax_canvas)
                 cb(view.step, [self._decode_row(r)[0] for r in rows])
 
         # 5. sample
@@ -368,10 +368,10 @@ class InfillEngine:
         visible[0, : len(ids)] = ids
         visible[0, len(ids)] = sp.eof
         logp = log_softmax(self.den.denoise(state, self.den.as_array(visible)))
-        probs = np.exp(np.asarray(_to_host(logp))[0, np.arange(len(ids)), ids])  # (len(ids),)
+        probs = np.exp(to_numpy(logp)[0, np.arange(len(ids)), ids])  # (len(ids),)
         keep = np.zeros(canvas.shape, dtype=bool)
         keep[:, : len(ids)] = probs >= REFINE_KEEP
-        host = np.asarray(_to_host(canvas)).copy()
+        host = to_numpy(canvas).copy()
         host[:, : len(ids)] = np.where(keep[:, : len(ids)], ids, host[:, : len(ids)])
         return self.den.as_array(host), self.den.as_array(keep)
 
@@ -392,9 +392,3 @@ def _valid_text(text: str, what: str, warnings: list[str]) -> str:
     except UnicodeEncodeError:
         warnings.append(f"the {what} holds characters that are not valid Unicode; they were replaced with U+FFFD")
         return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-
-
-def _to_host(x: object) -> object:
-    if hasattr(x, "detach"):
-        return x.detach().cpu()
-    return x

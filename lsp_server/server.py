@@ -11,8 +11,10 @@ tests), and diffusion/inlineEdit (next edit suggestion). Drafts are not built ye
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import threading
+from dataclasses import replace
 from typing import Any
 from urllib.parse import unquote
 
@@ -38,6 +40,7 @@ class DiffusionServer(LanguageServer):
         super().__init__(NAME, VERSION)
         self.fills = FillService()
         self.model_ready = threading.Event()
+        self.trees: dict[str, Document] = {}  # per open document: its syntax tree, kept incrementally
 
 
 def create_server(model: str | None = None) -> DiffusionServer:
@@ -51,7 +54,7 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
     def initialize(ls: DiffusionServer, params: types.InitializeParams) -> None:
         settings, problems = parse_settings(params.initialization_options)
         if model_override:
-            settings = type(settings)(**{**settings.__dict__, "model": model_override})
+            settings = replace(settings, model=model_override)
         ls.fills.settings = settings
         for problem in problems:
             ls.window_show_message(types.ShowMessageParams(types.MessageType.Warning, problem))
@@ -78,6 +81,7 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: DiffusionServer, params: types.DidCloseTextDocumentParams) -> None:
         ls.fills.forget(params.text_document.uri)
+        ls.trees.pop(params.text_document.uri, None)
 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(
@@ -106,10 +110,9 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
         doc = _doc(ls, uri)
         if doc is None:
             return None
-        lang = language_for(doc.language_id, uri)
         start = convert.locate(doc, params.range.start)
         end = convert.locate(doc, params.range.end)
-        holes = find_holes(Document(doc.source, lang))
+        holes = find_holes(_tree(ls, uri, doc))
         line_start, line_end = doc.source.rfind("\n", 0, start.offset) + 1, doc.source.find("\n", end.offset)
         line_end = len(doc.source) if line_end == -1 else line_end
         here = [h for h in holes if line_start <= h.start <= line_end]
@@ -131,9 +134,7 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
         if doc is None:
             return None
         at = convert.locate(doc, types.Position(line, character)).offset
-        holes = [
-            h for h in find_holes(Document(doc.source, language_for(doc.language_id, uri))) if h.start <= at <= h.end
-        ]
+        holes = [h for h in find_holes(_tree(ls, uri, doc)) if h.start <= at <= h.end]
         if not holes:
             return None
         return await _replace(ls, doc, uri, holes[0].start, holes[0].end)
@@ -148,7 +149,7 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
         lang = language_for(doc.language_id, uri)
         text, version = doc.source, doc.version
         edits = []
-        for hole in reversed(find_holes(Document(text, lang))):
+        for hole in reversed(find_holes(_tree(ls, uri, doc))):
             rng = types.Range(convert.position_at(doc, hole.start), convert.position_at(doc, hole.end))
             fill = await _in_worker(ls, text[: hole.start], text[hole.end :], lang.name if lang.grammar else None)
             edits.append(types.TextEdit(rng, fill))
@@ -181,7 +182,7 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
         if not doc.source.strip():
             return {"edits": []}
         at = convert.locate(doc, position).offset
-        lo, hi = enclosing_node(Document(doc.source, language_for(doc.language_id, uri)), at)
+        lo, hi = enclosing_node(_tree(ls, uri, doc), at)
         if hi - lo > MAX_INLINE_EDIT_CHARS or (lo, hi) == (0, len(doc.source)):
             return {"edits": []}  # no statement here (a blank line): nothing to suggest
         old = doc.source[lo:hi]
@@ -209,7 +210,7 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
 async def _in_worker(
     ls: DiffusionServer, prefix: str, suffix: str, language: str | None, refine: str | None = None
 ) -> str:
-    await asyncio.get_running_loop().run_in_executor(None, ls.model_ready.wait)
+    await _model_ready(ls)
     return await asyncio.wrap_future(ls.fills.worker.submit(ls.fills.fill_region, prefix, suffix, language, refine))
 
 
@@ -223,7 +224,7 @@ async def _rewrite_selection(
         return None
     lo = convert.locate(doc, rng.start).offset
     hi = convert.locate(doc, rng.end).offset
-    lo, hi = expand_selection(Document(doc.source, language_for(doc.language_id, uri)), lo, hi)
+    lo, hi = expand_selection(_tree(ls, uri, doc), lo, hi)
     return await _replace(ls, doc, uri, lo, hi, refine=refine)
 
 
@@ -266,6 +267,29 @@ def _inline_edit_params(params: object) -> tuple[str, int | None, types.Position
         raise JsonRpcInvalidParams("diffusion/inlineEdit needs textDocument.uri and a position")
     version = get(doc, "version")
     return uri, version if isinstance(version, int) else None, types.Position(line, character)
+
+
+async def _model_ready(ls: DiffusionServer) -> None:
+    """Wait (off the event loop) until the model has loaded or failed to; no thread hop
+    once it has."""
+    if not ls.model_ready.is_set():
+        await asyncio.get_running_loop().run_in_executor(None, ls.model_ready.wait)
+
+
+def _tree(ls: DiffusionServer, uri: str, doc: Any) -> Document:
+    """The spans Document of an open document at its current version, reparsed
+    incrementally from the previous version's tree. Each version is a new object, so a
+    fill on the worker thread keeps a consistent text and tree while edits arrive."""
+    cached = ls.trees.get(uri)
+    if cached is not None and cached.version == doc.version and cached.text == doc.source:
+        return cached
+    if cached is None:
+        tree = Document(doc.source, language_for(doc.language_id, uri), doc.version)
+    else:
+        tree = copy.copy(cached)
+        tree.update(doc.source, doc.version)
+    ls.trees[uri] = tree
+    return tree
 
 
 def _action(title: str, command: str, arguments: list[object]) -> types.CodeAction:
@@ -335,8 +359,10 @@ async def _fill(
         current = _doc(ls, uri)
         return current is not None and current.version == version
 
-    await asyncio.get_running_loop().run_in_executor(None, ls.model_ready.wait)
-    future, flag = ls.fills.submit(uri, prefix, suffix, lang.name if lang.grammar else None, candidates, still_current)
+    await _model_ready(ls)
+    tree = _tree(ls, uri, doc) if lang.grammar else None
+    language = lang.name if lang.grammar else None
+    future, flag = ls.fills.submit(uri, prefix, suffix, language, candidates, still_current, tree)
     try:
         answer = await asyncio.wrap_future(future)
     except asyncio.CancelledError:  # $/cancelRequest: stop this fill (not a newer one) between steps

@@ -14,13 +14,13 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from engine.errors import EngineError
-from engine.infill import Candidate, InfillEngine, InfillRequest
+from engine.infill import Candidate, InfillEngine, InfillRequest, InfillResult
 from engine.modeldir import load_model
-from engine.sampler import SamplerConfig
 from lsp_server.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -97,10 +97,11 @@ class FillService:
         language: str | None,
         candidates: int,
         still_current: Callable[[], bool],
+        document: Any | None = None,
     ) -> tuple[Future[FillAnswer | None], threading.Event]:
         """Run a fill on the worker: (future, its cancel flag). The future gives None when
         the fill was cancelled or the document moved on. A newer request for the same
-        document cancels this one."""
+        document cancels this one. `document`: the spans Document of prefix + suffix."""
         flag = threading.Event()
         rest = self.type_through(uri, prefix, suffix)
         if rest is not None:
@@ -110,53 +111,47 @@ class FillService:
         self.cancel(uri)
         with self._lock:
             self._flags[uri] = flag
-        return self.worker.submit(self._run, uri, prefix, suffix, language, candidates, flag, still_current), flag
+        req = InfillRequest(
+            prefix=prefix,
+            suffix=suffix,
+            language=language,
+            candidates=candidates,
+            cancel=lambda: flag.is_set() or not still_current(),
+            document=document,
+        )
+        return self.worker.submit(self._run, uri, req, flag), flag
 
-    def _run(
-        self,
-        uri: str,
-        prefix: str,
-        suffix: str,
-        language: str | None,
-        candidates: int,
-        flag: threading.Event,
-        still_current: Callable[[], bool],
-    ) -> FillAnswer | None:
+    def _run(self, uri: str, req: InfillRequest, flag: threading.Event) -> FillAnswer | None:
         engine = self.engine
         if engine is None or flag.is_set():
             return None
-        s = self.settings
-        sampler: SamplerConfig | None = None
-        if s.strategy or s.max_steps:
-            base = engine.default_sampler()
-            sampler = SamplerConfig(
-                **{
-                    **base.__dict__,
-                    **({"strategy": s.strategy} if s.strategy else {}),
-                    **({"max_steps": s.max_steps} if s.max_steps else {}),
-                }
-            )
-        self.engine_calls += 1
-        result = engine.fill(
-            InfillRequest(
-                prefix=prefix,
-                suffix=suffix,
-                language=language,
-                canvas_tokens=s.max_fill_tokens,
-                context_tokens=s.context_tokens,
-                candidates=candidates,
-                sampler=sampler,
-                cancel=lambda: flag.is_set() or not still_current(),
-            )
-        )
+        result = self._fill(engine, req)
         with self._lock:
             if self._flags.get(uri) is flag:
                 del self._flags[uri]
-        if flag.is_set() or not still_current() or result.stop_reason == "cancelled":
+        if req.cancel is not None and req.cancel() or result.stop_reason == "cancelled":
             return None
         if result.candidates:
-            self._shown[uri] = _Shown(prefix, suffix, result.candidates[0].text)
+            self._shown[uri] = _Shown(req.prefix, req.suffix, result.candidates[0].text)
         return FillAnswer(result.candidates)
+
+    def _fill(self, engine: InfillEngine, req: InfillRequest) -> InfillResult:
+        """engine.fill with the settings' budgets and sampler overrides."""
+        s = self.settings
+        overrides: dict[str, Any] = {}
+        if s.strategy:
+            overrides["strategy"] = s.strategy
+        if s.max_steps:
+            overrides["max_steps"] = s.max_steps
+        self.engine_calls += 1
+        return engine.fill(
+            replace(
+                req,
+                canvas_tokens=s.max_fill_tokens,
+                context_tokens=s.context_tokens,
+                sampler=replace(engine.default_sampler(), **overrides) if overrides else None,
+            )
+        )
 
     def fill_region(self, prefix: str, suffix: str, language: str | None, refine: str | None = None) -> str:
         """A fill between prefix and suffix, on the worker, for code actions (no type-
@@ -165,15 +160,4 @@ class FillService:
         engine = self.engine
         if engine is None:
             return ""
-        self.engine_calls += 1
-        result = engine.fill(
-            InfillRequest(
-                prefix=prefix,
-                suffix=suffix,
-                language=language,
-                canvas_tokens=self.settings.max_fill_tokens,
-                context_tokens=self.settings.context_tokens,
-                refine=refine,
-            )
-        )
-        return result.text
+        return self._fill(engine, InfillRequest(prefix=prefix, suffix=suffix, language=language, refine=refine)).text

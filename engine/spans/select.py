@@ -169,10 +169,8 @@ def _open_bracket(text: str, cursor: int, comment: str = "") -> tuple[str, str] 
     start = max(0, cursor - BRACKET_LOOKBACK)
     # a line that starts at column 0 starts a new top-level statement: brackets left open
     # before it belong to broken code, not to the cursor
-    top = TOP_LEVEL_LINE.search(text, start, max(start, _line_at(text, cursor).start))
-    while top is not None:
-        start = top.start() + 1
-        top = TOP_LEVEL_LINE.search(text, start, _line_at(text, cursor).start)
+    for top in TOP_LEVEL_LINE.finditer(text, start, max(start, _line_at(text, cursor).start)):
+        start = top.start() + 1  # the last one wins
     stack: list[int] = []
     quote = ""
     i = start
