@@ -18,6 +18,15 @@ COMPLETION_LABEL_CHARS = 60  # a completion item's label shows this much of the 
 class Where:
     offset: int  # code point offset into the document's text
     position: types.Position  # the (clamped) client position of that offset
+    # with a completion item selected in the popup: where its range starts, and its text,
+    # which the items put in front of the fill
+    replace_from: types.Position | None = None
+    lead: str = ""
+
+    @property
+    def range(self) -> types.Range:
+        """What an item replaces: nothing (at the cursor), or the selected item's range."""
+        return types.Range(self.replace_from or self.position, self.position)
 
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)?")
@@ -73,8 +82,11 @@ def inline_items(answer: FillAnswer, where: Where | None) -> types.InlineComplet
     multi-line fills go in insertText."""
     if where is None:
         return None
-    here = types.Range(where.position, where.position)
-    items = [types.InlineCompletionItem(insert_text=c.text, range=here) for c in answer.candidates if c.text]
+    items = [
+        types.InlineCompletionItem(insert_text=where.lead + c.text, range=where.range)
+        for c in answer.candidates
+        if c.text
+    ]
     return types.InlineCompletionList(items=items) if items else None
 
 
@@ -82,7 +94,6 @@ def completion_items(answer: FillAnswer, where: Where | None) -> types.Completio
     """The fill as one completion item (for clients without inline completion), sorted first."""
     if where is None:
         return None
-    here = types.Range(where.position, where.position)
     items = []
     for i, c in enumerate(answer.candidates):
         if not c.text.strip():
@@ -97,7 +108,7 @@ def completion_items(answer: FillAnswer, where: Where | None) -> types.Completio
                 documentation=types.MarkupContent(types.MarkupKind.Markdown, f"```\n{c.text}\n```"),
                 sort_text=f"!{i}",  # before any other item
                 filter_text="",
-                text_edit=types.TextEdit(here, c.text),
+                text_edit=types.TextEdit(where.range, where.lead + c.text),
                 insert_text_format=types.InsertTextFormat.PlainText,
             )
         )

@@ -14,6 +14,7 @@ import asyncio
 import copy
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 from urllib.parse import unquote
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 
 NAME = "diffusion-lsp"
 INLINE_EDIT = "diffusion/inlineEdit"  # custom request: next edit suggestion
+DRAFT = "diffusion/draft"  # custom notification: a fill as it forms (clients opt in)
 MAX_INLINE_EDIT_CHARS = 2000  # a next-edit rewrites a statement, not a whole file
 VERSION = "0.1.0"
 
@@ -41,6 +43,7 @@ class DiffusionServer(LanguageServer):
         self.fills = FillService()
         self.model_ready = threading.Event()
         self.trees: dict[str, Document] = {}  # per open document: its syntax tree, kept incrementally
+        self.request_seq: dict[str, int] = {}  # per document: the newest completion request
 
 
 def create_server(model: str | None = None) -> DiffusionServer:
@@ -60,19 +63,20 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
             ls.window_show_message(types.ShowMessageParams(types.MessageType.Warning, problem))
 
     @server.feature(types.INITIALIZED)
-    def initialized(ls: DiffusionServer, params: types.InitializedParams) -> None:
+    async def initialized(ls: DiffusionServer, params: types.InitializedParams) -> None:
+        """Pull workspace/configuration (it wins over initializationOptions), then load the
+        model in the background."""
+        pulled = await _pull_settings(ls)
+        if pulled is not None:
+            _apply_settings(ls, pulled, load=False)
         threading.Thread(target=_load_model, args=(ls,), daemon=True, name="diffusion-load").start()
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
-    def did_change_configuration(ls: DiffusionServer, params: types.DidChangeConfigurationParams) -> None:
-        old = ls.fills.settings
-        settings, problems = parse_settings(params.settings, old)
-        for problem in problems:
-            ls.window_show_message(types.ShowMessageParams(types.MessageType.Warning, problem))
-        ls.fills.settings = settings
-        if (settings.model, settings.backend, settings.device) != (old.model, old.backend, old.device):
-            ls.model_ready.clear()  # requests wait for the new model
-            threading.Thread(target=_load_model, args=(ls,), daemon=True, name="diffusion-load").start()
+    async def did_change_configuration(ls: DiffusionServer, params: types.DidChangeConfigurationParams) -> None:
+        """Clients that can be asked (workspace/configuration) are asked; the others send
+        the settings in the notification."""
+        pulled = await _pull_settings(ls)
+        _apply_settings(ls, pulled if pulled is not None else params.settings, load=True)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: DiffusionServer, params: types.DidChangeTextDocumentParams) -> None:
@@ -90,7 +94,13 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
         _require(params, types.InlineCompletionParams)
         invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
         answer, where = await _fill(
-            ls, params.text_document.uri, params.position, ls.fills.settings.alternatives if invoked else 1
+            ls,
+            params.text_document.uri,
+            params.position,
+            ls.fills.settings.alternatives if invoked else 1,
+            debounce=not invoked,
+            drafts=True,
+            selected=params.context.selected_completion_info,
         )
         return convert.inline_items(answer, where) if answer else None
 
@@ -310,6 +320,34 @@ def _require(params: object, kind: type) -> None:
         raise JsonRpcInvalidParams(f"params are not {kind.__name__}")
 
 
+async def _pull_settings(ls: DiffusionServer) -> Any | None:
+    """The client's `diffusionLsp` section through workspace/configuration, when it
+    supports that; None when it does not, or does not answer within a few seconds."""
+    caps = ls.client_capabilities.workspace
+    if caps is None or not caps.configuration:
+        return None
+    query = types.ConfigurationParams(items=[types.ConfigurationItem(section="diffusionLsp")])
+    try:
+        answer = await asyncio.wait_for(ls.workspace_configuration_async(query), timeout=5)
+    except Exception as exc:  # a client that errs or never answers: keep the settings we have
+        log.warning("workspace/configuration failed: %s", exc)
+        return None
+    return answer[0] if answer else None
+
+
+def _apply_settings(ls: DiffusionServer, raw: Any, load: bool) -> None:
+    """Take new settings (invalid values named in a message and defaulted); a change of
+    model, backend or device loads the model again when `load`."""
+    old = ls.fills.settings
+    settings, problems = parse_settings(raw, old)
+    for problem in problems:
+        ls.window_show_message(types.ShowMessageParams(types.MessageType.Warning, problem))
+    ls.fills.settings = settings
+    if load and (settings.model, settings.backend, settings.device) != (old.model, old.backend, old.device):
+        ls.model_ready.clear()  # requests wait for the new model
+        threading.Thread(target=_load_model, args=(ls,), daemon=True, name="diffusion-load").start()
+
+
 _LOAD_LOCK = threading.Lock()
 
 
@@ -341,28 +379,51 @@ def _load_model(ls: DiffusionServer) -> None:
 
 
 async def _fill(
-    ls: DiffusionServer, uri: str, position: types.Position, candidates: int
+    ls: DiffusionServer,
+    uri: str,
+    position: types.Position,
+    candidates: int,
+    debounce: bool = False,
+    drafts: bool = False,
+    selected: types.SelectedCompletionInfo | None = None,
 ) -> tuple[FillAnswer | None, convert.Where | None]:
-    """Read the document at its version, fill on the worker, drop the answer if stale."""
+    """Read the document at its version, fill on the worker, drop the answer if stale.
+
+    debounce: wait `debounceMs` first and give up if a newer request or an edit for the
+    document came meanwhile (type-through answers skip the wait). drafts: send
+    diffusion/draft notifications while denoising, when the settings ask for them.
+    selected: the completion item the user has selected in the popup; the fill continues
+    its text, and the items replace its range."""
     doc = _doc(ls, uri)
     if doc is None:  # unknown URI: nothing to complete
         return None, None
     where = convert.locate(doc, position)
     lang = language_for(doc.language_id, uri)
-    languages = ls.fills.settings.languages
-    if languages and lang.name not in languages and (doc.language_id or "") not in languages:
+    settings = ls.fills.settings
+    if settings.languages and lang.name not in settings.languages and (doc.language_id or "") not in settings.languages:
         return None, None
     version = doc.version
     prefix, suffix = doc.source[: where.offset], doc.source[where.offset :]
+    if selected is not None:
+        shown, prefix = _with_selected(doc, where, selected, prefix)
+        if shown is None:
+            return None, None
+        where = shown
+    seq = ls.request_seq[uri] = ls.request_seq.get(uri, 0) + 1
 
     def still_current() -> bool:
         current = _doc(ls, uri)
-        return current is not None and current.version == version
+        return current is not None and current.version == version and ls.request_seq.get(uri) == seq
 
+    if debounce and settings.debounce_ms and ls.fills.type_through(uri, prefix, suffix) is None:
+        await asyncio.sleep(settings.debounce_ms / 1000)
+        if not still_current():
+            return None, None
     await _model_ready(ls)
-    tree = _tree(ls, uri, doc) if lang.grammar else None
+    tree = _tree(ls, uri, doc) if lang.grammar and selected is None else None
     language = lang.name if lang.grammar else None
-    future, flag = ls.fills.submit(uri, prefix, suffix, language, candidates, still_current, tree)
+    on_draft = _draft_sender(ls, uri, version, where.position) if drafts and settings.drafts else None
+    future, flag = ls.fills.submit(uri, prefix, suffix, language, candidates, still_current, tree, on_draft)
     try:
         answer = await asyncio.wrap_future(future)
     except asyncio.CancelledError:  # $/cancelRequest: stop this fill (not a newer one) between steps
@@ -374,3 +435,43 @@ async def _fill(
     if answer is None or not still_current():
         return None, None
     return answer, where
+
+
+def _with_selected(
+    doc: Any, where: convert.Where, selected: types.SelectedCompletionInfo, prefix: str
+) -> tuple[convert.Where | None, str]:
+    """Honour the completion item selected in the popup: the fill is made as if its text
+    replaced its range, and the items start at the range's start with that text in front."""
+    start = convert.locate(doc, selected.range.start)
+    end = convert.locate(doc, selected.range.end)
+    if start.offset > where.offset or end.offset != where.offset or start.position.line != where.position.line:
+        return None, prefix  # not a range ending at the cursor on its line: nothing sensible to show
+    shown = convert.Where(where.offset, where.position, start.position, selected.text)
+    return shown, prefix[: start.offset] + selected.text
+
+
+def _draft_sender(
+    ls: DiffusionServer, uri: str, version: int | None, position: types.Position
+) -> Callable[[int, list[str]], None]:
+    """A callback for the engine (called on the worker thread at each denoising step) that
+    sends diffusion/draft notifications from the event loop's thread."""
+    loop = asyncio.get_running_loop()
+    request_id = ls.protocol.msg_id
+    pos = {"line": position.line, "character": position.character}
+    last: list[str] = []
+
+    def send(step: int, texts: list[str]) -> None:
+        if not texts or not texts[0] or texts[0] in last:
+            return  # nothing (new) to show
+        last[:] = [texts[0]]
+        params = {
+            "requestId": request_id,
+            "textDocument": {"uri": uri, "version": version},
+            "position": pos,
+            "text": texts[0],
+            "step": step,
+            "done": False,
+        }
+        loop.call_soon_threadsafe(ls.protocol.notify, DRAFT, params)
+
+    return send

@@ -98,10 +98,12 @@ class FillService:
         candidates: int,
         still_current: Callable[[], bool],
         document: Any | None = None,
+        on_draft: Callable[[int, list[str]], None] | None = None,
     ) -> tuple[Future[FillAnswer | None], threading.Event]:
         """Run a fill on the worker: (future, its cancel flag). The future gives None when
         the fill was cancelled or the document moved on. A newer request for the same
-        document cancels this one. `document`: the spans Document of prefix + suffix."""
+        document cancels this one. `document`: the spans Document of prefix + suffix;
+        `on_draft(step, texts)`: called on the worker at each denoising step."""
         flag = threading.Event()
         rest = self.type_through(uri, prefix, suffix)
         if rest is not None:
@@ -118,6 +120,7 @@ class FillService:
             candidates=candidates,
             cancel=lambda: flag.is_set() or not still_current(),
             document=document,
+            on_draft=on_draft,
         )
         return self.worker.submit(self._run, uri, req, flag), flag
 
