@@ -340,7 +340,7 @@ class InfillEngine:
                 Candidate(text=text, token_ids=[int(t) for t in row[:n]], confidence=[float(x) for x in conf[:n]])
             )
         first, rest = cands[:1], sorted(cands[1:], key=lambda k: -k.mean_confidence)
-        ranked = first + rest
+        ranked = [replace(k, text=fit_indent(req.prefix, k.text)) for k in first + rest]
         if req.check_syntax and req.language:
             ranked = check_candidates(self.tok, ranked, req.prefix, req.suffix, req.language, req.document)
         self._previous = _Previous(prefix=req.prefix, suffix=req.suffix, text=ranked[0].text if ranked else "")
@@ -382,6 +382,17 @@ class InfillEngine:
         ids = [int(t) for t in row]
         n = next((i for i, t in enumerate(ids) if t in (sp.eof, sp.pad)), len(ids))
         return self.tok.decode([t for t in ids[:n] if t != sp.mask]), n
+
+
+def fit_indent(prefix: str, fill: str) -> str:
+    """The fill, without the indentation its first line repeats when the cursor's line
+    holds only the indentation the editor already put there (a new line in a block):
+    the editor's indentation is kept, the fill's dropped, so the line is not indented
+    twice."""
+    line = prefix[max(prefix.rfind("\n"), prefix.rfind("\r")) + 1 :]
+    if not line or line.strip(" \t"):
+        return fill
+    return fill.lstrip(" \t")
 
 
 def _valid_text(text: str, what: str, warnings: list[str]) -> str:

@@ -125,7 +125,7 @@ class StdioClient:
         }
         result = self.request("initialize", params)
         self.notify("initialized", {})
-        return result  # type: ignore[no-any-return]
+        return result
 
     def open(self, uri: str, text: str, language: str = "python", version: int = 1) -> None:
         item = {"uri": uri, "languageId": language, "version": version, "text": text}

@@ -85,9 +85,26 @@ def inline_items(answer: FillAnswer, where: Where | None) -> types.InlineComplet
     items = [
         types.InlineCompletionItem(insert_text=where.lead + c.text, range=where.range)
         for c in answer.candidates
-        if c.text
+        if c.text.strip()  # ghost text made of spaces helps nobody
     ]
     return types.InlineCompletionList(items=items) if items else None
+
+
+_WORD_END = re.compile(r"\w+$")
+
+
+def word_before(doc: Any, where: Where) -> Where:
+    """`where`, grown to replace the identifier characters before the cursor, which its
+    items then repeat: clients filter completion items by the word at the cursor (eglot
+    hides an item whose text does not start with it)."""
+    if where.replace_from is not None:
+        return where
+    line_start = max(doc.source.rfind("\n", 0, where.offset), doc.source.rfind("\r", 0, where.offset)) + 1
+    m = _WORD_END.search(doc.source[line_start : where.offset])
+    if m is None:
+        return where
+    start = types.Position(where.position.line, where.position.character - _utf16(m.group(0)))
+    return Where(where.offset, where.position, start, m.group(0))
 
 
 def completion_items(answer: FillAnswer, where: Where | None) -> types.CompletionList | None:
@@ -107,7 +124,7 @@ def completion_items(answer: FillAnswer, where: Where | None) -> types.Completio
                 detail="diffusion-lsp",
                 documentation=types.MarkupContent(types.MarkupKind.Markdown, f"```\n{c.text}\n```"),
                 sort_text=f"!{i}",  # before any other item
-                filter_text="",
+                filter_text=where.lead + c.text,
                 text_edit=types.TextEdit(where.range, where.lead + c.text),
                 insert_text_format=types.InsertTextFormat.PlainText,
             )

@@ -20,8 +20,9 @@ from typing import Any
 from urllib.parse import unquote
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcInvalidParams
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest
 from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
 
 from engine.spans import Document, enclosing_node, expand_selection, find_holes, language_for
 from lsp_server import convert
@@ -37,9 +38,39 @@ MAX_INLINE_EDIT_CHARS = 2000  # a next-edit rewrites a statement, not a whole fi
 VERSION = "0.1.0"
 
 
+class _Unreadable:
+    """A message that could not be read: pygls's dispatcher ignores it (its jsonrpc field
+    is not "2.0")."""
+
+    jsonrpc = "unreadable"
+
+
+class TolerantProtocol(LanguageServerProtocol):
+    """pygls drops a request whose params do not fit the method's types without any
+    answer, and the client waits forever; here it gets InvalidParams at once."""
+
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        method = data.get("method")
+        is_request = "id" in data and isinstance(method, str)
+        try:
+            message = super().structure_message(data)
+        except JsonRpcException:
+            if is_request:
+                invalid = JsonRpcInvalidParams(f"invalid params for {method}")
+                self._send_response(data["id"], None, invalid.to_response_error())
+            log.warning("dropped a message that does not fit its method's types: %.200s", method)
+            return _Unreadable()
+        if is_request and "jsonrpc" in data and not hasattr(message, "id"):
+            # a notification's method sent as a request: it still needs an answer
+            wrong = JsonRpcInvalidRequest(f"{method} is a notification, not a request")
+            self._send_response(data["id"], None, wrong.to_response_error())
+            return _Unreadable()
+        return message
+
+
 class DiffusionServer(LanguageServer):
     def __init__(self) -> None:
-        super().__init__(NAME, VERSION)
+        super().__init__(NAME, VERSION, protocol_cls=TolerantProtocol)
         self.fills = FillService()
         self.model_ready = threading.Event()
         self.trees: dict[str, Document] = {}  # per open document: its syntax tree, kept incrementally
@@ -108,7 +139,10 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
     async def completion(ls: DiffusionServer, params: types.CompletionParams) -> types.CompletionList | None:
         _require(params, types.CompletionParams)
         answer, where = await _fill(ls, params.text_document.uri, params.position, 1)
-        return convert.completion_items(answer, where) if answer else None
+        doc = _doc(ls, params.text_document.uri)
+        if not answer or where is None or doc is None:
+            return None
+        return convert.completion_items(answer, convert.word_before(doc, where))
 
     @server.feature(
         types.TEXT_DOCUMENT_CODE_ACTION,
@@ -159,12 +193,21 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
         lang = language_for(doc.language_id, uri)
         text, version = doc.source, doc.version
         edits = []
-        for hole in reversed(find_holes(_tree(ls, uri, doc))):
+        holes = find_holes(_tree(ls, uri, doc))
+        for hole in reversed(holes):
             rng = types.Range(convert.position_at(doc, hole.start), convert.position_at(doc, hole.end))
             fill = await _in_worker(ls, text[: hole.start], text[hole.end :], lang.name if lang.grammar else None)
-            edits.append(types.TextEdit(rng, fill))
+            if fill.strip():  # a blank fill would delete the hole: leave it for the user
+                edits.append(types.TextEdit(rng, fill))
         now = _doc(ls, uri)
-        if not edits or now is None or now.version != version:
+        if now is None or now.version != version:
+            return None
+        if len(edits) < len(holes):
+            _tell(
+                ls,
+                f"no fill that parses for {len(holes) - len(edits)} of {len(holes)} holes; those were left as they are",
+            )
+        if not edits:
             return None
         edit = convert.versioned_edit(uri, version, edits)
         ls.workspace_apply_edit(types.ApplyWorkspaceEditParams(edit, label="Fill all holes"))
@@ -253,6 +296,10 @@ async def _replace(
     now = _doc(ls, uri)
     if now is None or now.version != version:
         return None
+    if not fill.strip():  # never delete the user's code for want of a fill
+        if apply:
+            _tell(ls, "no fill that parses here; the text was left as it is")
+        return None
     edit = convert.versioned_edit(uri, version, [types.TextEdit(rng, fill)])
     if apply:
         ls.workspace_apply_edit(types.ApplyWorkspaceEditParams(edit, label="diffusion-lsp"))
@@ -300,6 +347,10 @@ def _tree(ls: DiffusionServer, uri: str, doc: Any) -> Document:
         tree.update(doc.source, doc.version)
     ls.trees[uri] = tree
     return tree
+
+
+def _tell(ls: DiffusionServer, message: str) -> None:
+    ls.window_show_message(types.ShowMessageParams(types.MessageType.Info, f"diffusion-lsp: {message}"))
 
 
 def _action(title: str, command: str, arguments: list[object]) -> types.CodeAction:

@@ -25,6 +25,8 @@ from lsp_server.settings import Settings
 
 log = logging.getLogger(__name__)
 
+REGION_CANDIDATES = 4  # code actions: candidates to choose a non-blank, parsing fill from
+
 
 @dataclass
 class _Shown:
@@ -158,9 +160,14 @@ class FillService:
 
     def fill_region(self, prefix: str, suffix: str, language: str | None, refine: str | None = None) -> str:
         """A fill between prefix and suffix, on the worker, for code actions (no type-
-        through, no cancellation): the best candidate's text, or "" when none parses.
+        through, no cancellation): the best candidate that is not blank, or "" when
+        none is (a blank fill would delete the hole or the selection).
         `refine`: the current text there, whose likely tokens are kept."""
         engine = self.engine
         if engine is None:
             return ""
-        return self._fill(engine, InfillRequest(prefix=prefix, suffix=suffix, language=language, refine=refine)).text
+        req = InfillRequest(
+            prefix=prefix, suffix=suffix, language=language, refine=refine, candidates=REGION_CANDIDATES
+        )
+        texts = [c.text for c in self._fill(engine, req).candidates]
+        return next((t for t in texts if t.strip()), "")

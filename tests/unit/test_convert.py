@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pytest
 from lsprotocol import types
 
-from lsp_server.convert import locate, position_at
+from engine.infill import fit_indent
+from lsp_server.convert import locate, position_at, word_before
 
 
 def doc(text: str) -> SimpleNamespace:
@@ -43,3 +44,18 @@ def test_position_at_round_trips(text: str) -> None:
             continue  # between \r and \n: not a position an editor can name
         pos = position_at(doc(text), offset)
         assert locate(doc(text), pos).offset == offset, (text, offset, pos)
+
+
+def test_word_before_grows_completion_items_over_the_typed_identifier() -> None:
+    d = doc("x = 1\nresult = tot")
+    grown = word_before(d, locate(d, types.Position(1, 12)))
+    assert grown.lead == "tot" and grown.range == types.Range(types.Position(1, 9), types.Position(1, 12))
+    after_space = word_before(d, locate(d, types.Position(1, 9)))
+    assert after_space.lead == "" and after_space.range.start == after_space.range.end
+
+
+def test_fit_indent_keeps_the_editors_indentation_only() -> None:
+    assert fit_indent("def f():\n        ", "    return 1") == "return 1"
+    assert fit_indent("def f():\n", "    return 1") == "    return 1"
+    assert fit_indent("x = (a", " + b)") == " + b)"
+    assert fit_indent("def f():\n    ", "\n    pass") == "\n    pass"

@@ -1,0 +1,236 @@
+"""Bad input over the wire, sent as raw JSON-RPC (a typed client cannot send most of it):
+every request gets an answer (a result or a clear error), the server keeps serving, and a
+hypothesis fuzz of 1,000 random and malformed messages changes none of that."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lsp_server.client import StdioClient
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = (ROOT / "fixtures" / "code" / "inventory.py").read_text()
+URI = "file:///work/inventory.py"
+SERVER = [sys.executable, "-m", "lsp_server"]
+INVALID_PARAMS = -32602
+
+
+def answered(response: dict[str, Any]) -> bool:
+    """A response carries a result, or an error with a code and a one-line message."""
+    if "error" in response:
+        error = response["error"]
+        return isinstance(error.get("code"), int) and "Traceback" not in str(error.get("message"))
+    return "result" in response
+
+
+def inline_params(uri: str, line: int, character: int, invoked: bool = True) -> dict[str, Any]:
+    return {
+        "textDocument": {"uri": uri},
+        "position": {"line": line, "character": character},
+        "context": {"triggerKind": 1 if invoked else 2},
+    }
+
+
+def alive(client: StdioClient) -> bool:
+    """The server still fills at a known-good place."""
+    response = client.request_raw("textDocument/inlineCompletion", inline_params(URI, 26, 0), timeout=60)
+    return answered(response) and bool((response.get("result") or {}).get("items"))
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[StdioClient]:
+    c = StdioClient(SERVER)
+    c.initialize({"alternatives": 1})
+    c.open(URI, SAMPLE)
+    assert alive(c)
+    yield c
+    assert c.close() == 0
+
+
+def test_malformed_params_get_invalid_params(client: StdioClient) -> None:
+    for params in (
+        {"textDocument": {"uri": URI}},  # no position
+        {"textDocument": {"uri": URI}, "position": {"line": "one", "character": 0}, "context": {"triggerKind": 1}},
+        {"position": {"line": 0, "character": 0}},
+        [1, 2, 3],
+    ):
+        response = client.request_raw("textDocument/inlineCompletion", params)
+        assert response.get("error", {}).get("code") == INVALID_PARAMS, response
+    response = client.request_raw("diffusion/inlineEdit", {"textDocument": {}, "position": {"line": -1}})
+    assert response.get("error", {}).get("code") == INVALID_PARAMS, response
+    assert alive(client)
+
+
+def test_positions_past_the_end_and_unknown_documents(client: StdioClient) -> None:
+    for line, character in ((10_000, 0), (1, 500), (0, 10_000)):
+        response = client.request_raw("textDocument/inlineCompletion", inline_params(URI, line, character))
+        assert answered(response), response
+    response = client.request_raw("textDocument/inlineCompletion", inline_params("file:///nowhere.py", 0, 0))
+    assert response == {"jsonrpc": "2.0", "id": response["id"], "result": None}
+    response = client.request_raw(
+        "textDocument/completion",
+        {"textDocument": {"uri": "file:///nowhere.py"}, "position": {"line": 0, "character": 0}},
+    )
+    assert response.get("result") is None
+    assert alive(client)
+
+
+def test_characters_outside_the_bmp_count_as_two_utf16_units(client: StdioClient) -> None:
+    uri = "file:///work/emoji.py"
+    text = 'GREETING = "😀😀"\n\n\ndef greet(name):\n    return GREETING + name\n'
+    client.open(uri, text)
+    # the cursor at the end of line 0: 15 code points, 17 UTF-16 units
+    response = client.request_raw("textDocument/inlineCompletion", inline_params(uri, 0, 17))
+    assert answered(response)
+    for item in (response.get("result") or {}).get("items", []):
+        assert item["range"]["start"] == {"line": 0, "character": 17}
+    # a position inside the surrogate pair is clamped, never split
+    response = client.request_raw("textDocument/inlineCompletion", inline_params(uri, 0, 13))
+    assert answered(response)
+    for item in (response.get("result") or {}).get("items", []):
+        assert item["range"]["start"]["character"] in (12, 14)
+
+
+def test_binary_content_and_nul_bytes(client: StdioClient) -> None:
+    uri = "file:///work/blob.py"
+    text = "x = 1\x00\x00\n" + bytes(range(256)).decode("latin-1") + "\ndef f():\n    \n"
+    client.open(uri, text)
+    response = client.request_raw("textDocument/inlineCompletion", inline_params(uri, 3, 4))
+    assert answered(response)
+    assert alive(client)
+
+
+def test_a_language_without_a_grammar_gets_a_line_based_fill(client: StdioClient) -> None:
+    uri = "file:///work/report.cob"
+    text = "       IDENTIFICATION DIVISION.\n       PROGRAM-ID. REPORT.\n\n       PROCEDURE DIVISION.\n"
+    client.notify(
+        "textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "cobol", "version": 1, "text": text}}
+    )
+    response = client.request_raw("textDocument/inlineCompletion", inline_params(uri, 2, 0))
+    assert answered(response) and "error" not in response
+
+
+def test_a_ten_megabyte_document_is_trimmed_to_the_context_budget(client: StdioClient) -> None:
+    uri = "file:///work/huge.py"
+    block = SAMPLE + "\n\n"
+    text = block * (10_000_000 // len(block) + 1)
+    assert len(text) >= 10_000_000
+    client.open(uri, text)
+    middle = text.count("\n") // 2
+    response = client.request_raw("textDocument/inlineCompletion", inline_params(uri, middle, 0), timeout=120)
+    assert answered(response) and "error" not in response
+    client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+    assert alive(client)
+
+
+def test_an_exception_inside_the_engine_is_an_empty_answer_and_the_next_request_is_served(tmp_path: Path) -> None:
+    """A model directory whose denoising graph is the wrong graph loads, and then fails
+    inside the engine at every fill."""
+    broken = tmp_path / "model"
+    shutil.copytree(ROOT / "engine" / "weights", broken)
+    shutil.copy(broken / "encode.onnx", broken / "denoise.onnx")
+    c = StdioClient([*SERVER, "--model", str(broken)])
+    try:
+        c.initialize({"backend": "onnx"})
+        c.open(URI, SAMPLE)
+        for _ in range(2):
+            response = c.request_raw("textDocument/inlineCompletion", inline_params(URI, 26, 0))
+            assert answered(response) and response.get("result") is None, response
+        logs = [n["params"]["message"] for n in c.notifications if n.get("method") == "window/logMessage"]
+        assert any("fill failed" in m for m in logs), logs
+    finally:
+        assert c.close() == 0
+
+
+# -- the fuzz: random methods, random params, random framing
+METHODS = [
+    "textDocument/inlineCompletion",
+    "textDocument/completion",
+    "textDocument/codeAction",
+    "diffusion/inlineEdit",
+    "workspace/executeCommand",
+    "textDocument/didOpen",
+    "textDocument/didChange",
+    "textDocument/didClose",
+    "workspace/didChangeConfiguration",
+    "$/cancelRequest",
+    "textDocument/hover",
+    "no/suchMethod",
+]
+json_leaf = st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=False) | st.text(max_size=20)
+json_value = st.recursive(
+    json_leaf,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),
+    max_leaves=12,
+)
+position = st.fixed_dictionaries(
+    {"line": st.integers(-3, 200) | json_leaf, "character": st.integers(-3, 200) | json_leaf}
+)
+uri = st.sampled_from([URI, "file:///work/other.py", "file:///nowhere.py", "", "not a uri"]) | st.text(max_size=30)
+plausible = st.fixed_dictionaries(
+    {
+        "textDocument": st.fixed_dictionaries({"uri": uri}, optional={"version": json_leaf}),
+        "position": position,
+    },
+    optional={
+        "context": st.fixed_dictionaries({"triggerKind": st.integers(0, 3) | json_leaf}),
+        "range": st.fixed_dictionaries({"start": position, "end": position}),
+        "command": st.sampled_from(["diffusion.fillHole", "diffusion.fillAllHoles", "diffusion.stats", "nope"]),
+        "arguments": st.lists(json_value, max_size=5),
+        "settings": json_value,
+        "contentChanges": st.lists(json_value, max_size=3),
+        "id": json_leaf,
+    },
+)
+message = st.fixed_dictionaries(
+    {
+        "method": st.sampled_from(METHODS) | st.text(max_size=20),
+        "params": plausible | json_value,
+        "request": st.booleans(),
+    }
+)
+garbage = st.binary(max_size=64).filter(lambda b: b"\r\n\r\n" not in b)
+
+
+@settings(
+    max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+@given(msg=message | garbage)
+def test_fuzz_every_request_is_answered(client: StdioClient, msg: dict[str, Any] | bytes) -> None:
+    if isinstance(msg, bytes):  # a body that is not JSON, or not a message
+        client.send(msg)
+        return
+    if msg["request"]:
+        response = client.request_raw(msg["method"], msg["params"], timeout=60)
+        assert answered(response), json.dumps(response)[:500]
+    else:
+        client.notify(msg["method"], msg["params"])
+
+
+def test_the_server_is_well_after_the_fuzz(client: StdioClient) -> None:
+    # the fuzz may have changed settings (languages, model) at random: put them back
+    defaults = {
+        "model": None,
+        "backend": "auto",
+        "device": "cpu",
+        "strategy": None,
+        "maxSteps": None,
+        "maxFillTokens": None,
+        "contextTokens": None,
+        "debounceMs": 0,
+        "alternatives": 1,
+        "languages": [],
+        "drafts": False,
+    }
+    client.notify("workspace/didChangeConfiguration", {"settings": {"diffusionLsp": defaults}})
+    client.open(URI, SAMPLE, version=10_000)
+    assert alive(client)
