@@ -13,13 +13,23 @@ Cache sharing: an `EncodedContext` built here is never mutated. The decoder only
 cache (it concatenates the canvas keys/values into new tensors), and `encode` extends or
 crops a *fork* of a given state's cache: new layer objects that share the (never
 modified in place) key/value tensors of the original.
+
+GPU options (all off by default; see docs/gpu.md): `static_cache=True` denoises against
+fixed-size context buffers (`dg_static`), so every step for a (batch, canvas) shape has
+the same tensor shapes; `cuda_graph=True` (CUDA only, implies the static cache) captures
+the whole step for each shape in `graph_shapes` at construction, so that capture never
+lands on an editor request (`warmup_s` says how long it took); `experts` picks
+transformers' MoE implementation ("grouped_mm", its default and graph-safe; "batched_mm";
+"eager", a Python loop over the experts that are hit).
 """
 
 from __future__ import annotations
 
 import copy
 import inspect
+import logging
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +45,8 @@ except ImportError as exc:
     ) from exc
 
 from engine.denoisers.base import DenoiserInfo, EncodedContext, host_array
+from engine.denoisers.dg_graph import StepGraph, graph_unavailable_reason
+from engine.denoisers.dg_static import StaticContext, static_step
 from engine.denoisers.kv import common_prefix_len
 from engine.denoisers.torch import TorchRandomSource
 from engine.errors import ModelLoadError
@@ -54,6 +66,13 @@ _CACHE_KW = _cache_keyword()
 __all__ = ["DiffusionGemmaDenoiser", "ModelLoadError", "TorchRandomSource"]
 
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
+
+# Static-cache context buffers cover this many tokens unless told otherwise: the engine's
+# context budget is far below it, and full-attention buffers grow linearly with it.
+DEFAULT_MAX_PROMPT = 4096
+EXPERTS_IMPLEMENTATIONS = ("grouped_mm", "batched_mm", "eager")
+
+log = logging.getLogger(__name__)
 
 
 def _fork_cache(cache: Cache) -> Cache:
@@ -122,7 +141,23 @@ class DiffusionGemmaDenoiser:
     decoder output after final-logit softcapping and before any temperature.
     """
 
-    def __init__(self, model: DiffusionGemmaForBlockDiffusion) -> None:
+    def __init__(
+        self,
+        model: DiffusionGemmaForBlockDiffusion,
+        *,
+        static_cache: bool = False,
+        max_prompt: int | None = None,
+        cuda_graph: bool = False,
+        graph_shapes: Sequence[tuple[int, int]] = (),
+        experts: str | None = None,
+    ) -> None:
+        """static_cache: denoise against fixed-size context buffers of `max_prompt` tokens
+            (default min(DEFAULT_MAX_PROMPT, max_positions)); longer contexts fall back to
+            the dynamic path.
+        cuda_graph: capture the step for each (batch, canvas) in `graph_shapes` now; off
+            CUDA this is skipped (logged, reason in `graph_status`) and the static path runs.
+        experts: transformers' experts implementation, one of EXPERTS_IMPLEMENTATIONS.
+        """
         self.model = model
         config = model.config
         text = config.get_text_config()
@@ -144,6 +179,19 @@ class DiffusionGemmaDenoiser:
             max_positions=int(text.max_position_embeddings),
             uses_self_conditioning=True,
         )
+        if experts is not None:
+            if experts not in EXPERTS_IMPLEMENTATIONS:
+                raise ValueError(f"experts must be one of {EXPERTS_IMPLEMENTATIONS}; got {experts!r}")
+            model.set_experts_implementation(experts)
+        self.static: StaticContext | None = None
+        self.graphs: dict[tuple[int, int], StepGraph] = {}
+        self.graph_status = "off"
+        self.warmup_s = 0.0
+        if static_cache or cuda_graph:
+            limit = max_prompt if max_prompt is not None else min(DEFAULT_MAX_PROMPT, self.info.max_positions - 1)
+            self.static = StaticContext(model, limit)
+        if cuda_graph:
+            self._capture_graphs(graph_shapes)
 
     # ------------------------------------------------------------------ loading
 
@@ -153,12 +201,15 @@ class DiffusionGemmaDenoiser:
         path: str | os.PathLike[str],
         device: str = "auto",
         dtype: torch.dtype | str | None = None,
+        **options: Any,
     ) -> DiffusionGemmaDenoiser:
         """Load a local checkpoint directory (config.json + safetensors weights).
 
         device: "auto" (cuda when available, else cpu), "cpu", "cuda" or "cuda:N".
         dtype: a torch dtype or its name; None keeps the checkpoint's dtype on cuda and
             uses float32 on cpu. Only safetensors are read (never pickles), only from disk.
+        options: passed to the constructor (static_cache, max_prompt, cuda_graph,
+            graph_shapes, experts); graphs are captured here, at load.
         """
         root = Path(path).expanduser()
         if not root.is_dir():
@@ -193,7 +244,7 @@ class DiffusionGemmaDenoiser:
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             raise ModelLoadError(f"could not load DiffusionGemma model from {root}: {exc}") from exc
         model.eval()
-        return cls(model)
+        return cls(model, **options)
 
     # ------------------------------------------------------------------ protocol
 
@@ -266,6 +317,14 @@ class DiffusionGemmaDenoiser:
             sc = torch.as_tensor(self_cond, device=device).to(self.model.model.decoder.embed_tokens.weight.dtype)
             if sc.shape[:2] != canvas.shape:
                 raise ValueError(f"self_cond shape {tuple(sc.shape)} does not match canvas {tuple(canvas.shape)}")
+        static = self.static
+        if static is not None and static.fits(cur_len) and type(cache) is DynamicCache:
+            static.load(cache, state.token_ids)
+            graph = self.graphs.get((batch, length))
+            if graph is not None:
+                return graph.run(canvas, sc)
+            with torch.no_grad():
+                return static_step(self.model, static, canvas, sc, None, _CACHE_KW)
         with torch.no_grad():
             batch_cache = _expand_cache(cache, batch)
             decoder_attention_mask = torch.ones((batch, cur_len + length), dtype=torch.bool, device=device)
@@ -288,6 +347,21 @@ class DiffusionGemmaDenoiser:
         return out.logits
 
     # ------------------------------------------------------------------ internals
+
+    def _capture_graphs(self, shapes: Sequence[tuple[int, int]]) -> None:
+        """Warm up and capture one CUDA graph per (batch, canvas) shape; record the time."""
+        assert self.static is not None
+        reason = graph_unavailable_reason(self.device)
+        if reason is not None:
+            self.graph_status = f"skipped: {reason}"
+            log.warning("CUDA graph capture %s; using the static-cache path", self.graph_status)
+            return
+        start = time.perf_counter()
+        for batch, canvas in shapes:
+            self.graphs[(int(batch), int(canvas))] = StepGraph(self.model, self.static, batch, canvas, _CACHE_KW)
+        self.warmup_s = time.perf_counter() - start
+        self.graph_status = f"captured {len(self.graphs)} shape(s) in {self.warmup_s:.2f} s"
+        log.info("CUDA graphs %s", self.graph_status)
 
     def _run_encoder(self, cache: Cache, ids: tuple[int, ...], start: int) -> None:
         """Encode ids[start:] into `cache` (which holds ids[:start]) as generate() does."""

@@ -530,3 +530,135 @@ def test_a_tokenizer_with_other_special_ids_is_refused(model: Any, tmp_path: Pat
     (root / "tokenizer.json").write_text(json.dumps(data))
     with pytest.raises(ModelLoadError, match="does not belong to this checkpoint"):
         load_model(root)
+
+
+# ----------------------------------------------------------------------------- GPU paths, on the CPU
+
+MAX_PROMPT = 32
+
+
+@pytest.fixture(scope="module")
+def static_den(model: DiffusionGemmaForBlockDiffusion) -> DiffusionGemmaDenoiser:
+    return DiffusionGemmaDenoiser(model, static_cache=True, max_prompt=MAX_PROMPT)
+
+
+@pytest.mark.parametrize("n", [3, 13, 30])  # inside the window, past it, near max_prompt
+def test_static_cache_gives_the_dynamic_logits(den: Any, static_den: Any, n: int) -> None:
+    assert static_den.static is not None and den.static is None
+    state = den.encode(ids_of(n, seed=n))
+    canvas = canvas_of(3)
+    want = den.denoise(state, canvas)
+    got = static_den.denoise(state, canvas)
+    assert static_den.static.loaded == (id(state.payload), state.token_ids)  # the static path ran
+    assert got.shape == want.shape == (3, CANVAS, VOCAB)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    sc = want / 0.7
+    torch.testing.assert_close(static_den.denoise(state, canvas, sc), den.denoise(state, canvas, sc), atol=1e-5, rtol=0)
+
+
+def test_static_cache_reloads_when_the_state_changes(den: Any, static_den: Any) -> None:
+    """The buffers are a working copy of the last state: alternating states must not
+    leave stale context behind (a shorter context after a longer one included)."""
+    long_state, short_state = den.encode(ids_of(25)), den.encode(ids_of(4, seed=7))
+    canvas = canvas_of(1)
+    want_long, want_short = den.denoise(long_state, canvas), den.denoise(short_state, canvas)
+    assert not torch.allclose(want_long, want_short, atol=1e-3)  # the check can fail
+    for _ in range(2):
+        torch.testing.assert_close(static_den.denoise(long_state, canvas), want_long, atol=1e-5, rtol=0)
+        torch.testing.assert_close(static_den.denoise(short_state, canvas), want_short, atol=1e-5, rtol=0)
+
+
+def test_static_cache_falls_back_past_max_prompt(model: Any, den: Any) -> None:
+    small = DiffusionGemmaDenoiser(model, static_cache=True, max_prompt=6)
+    state = den.encode(ids_of(20))
+    canvas = canvas_of(2)
+    torch.testing.assert_close(small.denoise(state, canvas), den.denoise(state, canvas), atol=1e-6, rtol=0)
+    assert small.static is not None and small.static.loaded is None  # the dynamic path ran
+
+
+@pytest.mark.parametrize(("steps", "t_min", "t_max", "greedy"), [(8, 1e-5, 2e-5, True), (3, 0.5, 1.0, False)])
+def test_static_cache_gives_the_same_fills(
+    den: Any, static_den: Any, steps: int, t_min: float, t_max: float, greedy: bool
+) -> None:
+    """Driven by the sampler, both paths fill alike: greedy at a near-zero temperature, and
+    seeded at 0.5 -> 1.0 over 3 steps. (Over 8 seeded steps the random tiny model, which
+    never settles, turns the 1e-6 logit differences into other draws by step 4-8: the
+    paths agree within float tolerance, not bitwise.)"""
+    for seed in range(3):
+        state = den.encode(ids_of(13, seed=seed + 30))
+        cfg = sampler_cfg(steps, t_min, t_max, greedy=greedy)
+        rng = den.random_source(seed)
+        want = S.run(den, state, S.initial_canvas(den, 2, CANVAS, rng), cfg, rng)
+        rng = static_den.random_source(seed)
+        got = S.run(static_den, state, S.initial_canvas(static_den, 2, CANVAS, rng), cfg, rng)
+        assert np.array_equal(got.tokens, want.tokens) and got.steps == want.steps
+    # the check can fail: another seed fills differently
+    rng = den.random_source(99)
+    other = S.run(den, state, S.initial_canvas(den, 2, CANVAS, rng), cfg, rng)
+    assert not np.array_equal(other.tokens, want.tokens)
+
+
+def test_step_graph_body_runs_eagerly_off_cuda(model: Any, den: Any, static_den: Any) -> None:
+    """The graph's static inputs (canvas, self-conditioning logits and mask) give the
+    dynamic logits when run without capture: the first step's mask zeroes the signal."""
+    from engine.denoisers.dg_graph import StepGraph
+    from engine.denoisers.diffusion_gemma import _CACHE_KW
+
+    state = den.encode(ids_of(13))
+    static_den.static.load(state.payload, state.token_ids)
+    step = StepGraph(model, static_den.static, 2, CANVAS, _CACHE_KW, capture=False)
+    assert not step.captured and step.capture_s == 0.0
+    canvas = canvas_of(2)
+    first = step.run(canvas, None)
+    torch.testing.assert_close(first, den.denoise(state, canvas), atol=1e-5, rtol=0)
+    sc = first / 0.7
+    torch.testing.assert_close(step.run(canvas, sc), den.denoise(state, canvas, sc), atol=1e-5, rtol=0)
+    torch.testing.assert_close(step.run(canvas, None), first, atol=1e-6, rtol=0)  # mask off again
+    with pytest.raises(ValueError, match="canvas shape"):
+        step.run(canvas_of(1), None)
+    with pytest.raises(RuntimeError, match="CUDA"):
+        StepGraph(model, static_den.static, 1, CANVAS, _CACHE_KW, capture=True)
+
+
+def test_cuda_graph_option_is_skipped_on_cpu(model: Any, den: Any) -> None:
+    cpu = DiffusionGemmaDenoiser(model, cuda_graph=True, graph_shapes=[(1, CANVAS)], max_prompt=MAX_PROMPT)
+    assert cpu.graph_status.startswith("skipped: CUDA graphs need a CUDA device")
+    assert cpu.graphs == {} and cpu.static is not None  # the static path still runs
+    state = den.encode(ids_of(9))
+    torch.testing.assert_close(cpu.denoise(state, canvas_of(1)), den.denoise(state, canvas_of(1)), atol=1e-5, rtol=0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graph capture needs a CUDA GPU; CI has none")
+def test_cuda_graph_gives_the_dynamic_logits_and_fills() -> None:
+    torch.manual_seed(0)
+    gpu_model = DiffusionGemmaForBlockDiffusion(tiny_config()).eval().to("cuda")
+    eager = DiffusionGemmaDenoiser(gpu_model)
+    graphed = DiffusionGemmaDenoiser(gpu_model, cuda_graph=True, graph_shapes=[(2, CANVAS)], max_prompt=MAX_PROMPT)
+    assert graphed.graph_status.startswith("captured 1") and graphed.warmup_s > 0
+    for n in (5, 13, 30):
+        state = eager.encode(ids_of(n))
+        canvas = canvas_of(2).cuda()
+        want = eager.denoise(state, canvas)
+        got = graphed.denoise(state, canvas)
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
+        torch.testing.assert_close(graphed.denoise(state, canvas, want / 0.7), eager.denoise(state, canvas, want / 0.7))
+        cfg = sampler_cfg(8, 1e-5, 2e-5, greedy=True)
+        a = S.run(eager, state, eager.as_array(canvas_of(2)), cfg, eager.random_source(1))
+        b = S.run(graphed, state, graphed.as_array(canvas_of(2)), cfg, graphed.random_source(1))
+        assert np.array_equal(a.tokens, b.tokens)
+
+
+@pytest.mark.parametrize("experts", ["eager", "batched_mm"])
+def test_experts_implementations_agree(model: Any, den: Any, experts: str) -> None:
+    """transformers' default grouped_mm experts (no Python loop) equal its per-expert loop
+    ("eager") and its batched gather, on the same weights."""
+    import copy
+
+    assert model.config.get_text_config()._experts_implementation == "grouped_mm"
+    other = DiffusionGemmaDenoiser(copy.deepcopy(model), experts=experts)
+    assert other.model.config.get_text_config()._experts_implementation == experts
+    state = den.encode(ids_of(13))
+    canvas = canvas_of(3)
+    torch.testing.assert_close(other.denoise(state, canvas), den.denoise(state, canvas), atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="experts must be one of"):
+        DiffusionGemmaDenoiser(model, experts="loop")
