@@ -212,7 +212,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from engine.evaluation import evaluate_dir
+    from engine.evaluation import evaluate_dir, markdown_table
 
     engine = _engine(args)
     report = evaluate_dir(
@@ -224,8 +224,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         use_drafter=None if args.drafter is None else args.drafter == "on",
         canvas_tokens=args.canvas_tokens,
         context_tokens=args.context_tokens,
+        baseline=args.baseline,
+        functions=args.functions,
+        timeout=args.timeout,
     )
-    sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    text = json.dumps(report, indent=2) + "\n"
+    if args.output:
+        args.output.write_text(text, encoding="utf-8")
+    sys.stdout.write(markdown_table(report) if args.table else text)
     return 0
 
 
@@ -238,7 +244,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise InputError(f"recipe not found: {args.recipe}")
     try:
         summary = run_training(args.recipe, args.out, resume=args.resume)
-    except (json.JSONDecodeError, TypeError) as exc:
+    except (json.JSONDecodeError, TypeError, ValueError) as exc:
         raise InputError(f"recipe {args.recipe} is not valid: {exc}") from None
     sys.stdout.write(json.dumps(summary) + "\n")
     return 0
@@ -338,9 +344,26 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--repeats", type=_int_in(1), default=20)
     be.set_defaults(func=cmd_bench)
 
-    e = sub.add_parser("eval", parents=[common, gen], help="exact match and steps on held-out files")
+    e = sub.add_parser(
+        "eval", parents=[common, gen], help="infill quality, pass@1, steps and latency on held-out files"
+    )
     e.add_argument("--data", type=Path, required=True, help="directory of source files")
-    e.add_argument("--tasks", type=_int_in(1), default=100, help="tasks per kind")
+    e.add_argument("--tasks", type=_int_in(1), default=500, help="tasks per kind (default 500)")
+    e.add_argument(
+        "--baseline",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run the one-token-per-step left-to-right baseline on the same tasks (default on)",
+    )
+    e.add_argument(
+        "--functions",
+        type=_int_in(0),
+        default=200,
+        help="at most this many doctested functions for pass@1 (0: none; default 200)",
+    )
+    e.add_argument("--timeout", type=float, default=10.0, help="seconds per doctest run (default 10)")
+    e.add_argument("--table", action="store_true", help="print a markdown table instead of the JSON")
+    e.add_argument("--output", type=Path, help="also write the JSON report to this file")
     e.set_defaults(func=cmd_eval)
 
     t = sub.add_parser("train", help="train a model directory from a recipe")

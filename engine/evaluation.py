@@ -1,78 +1,281 @@
-"""`diffusion-infill eval`: exact match and steps on infill tasks cut from source files.
+"""`diffusion-infill eval`: infill quality, steps and latency on held-out code, as JSON.
 
-Minimal here (the default-model issue adds syntax validity and more kinds): tasks of
-three kinds are cut from the files under a directory with a fixed seed; the fill counts
-as exact when it equals the removed middle (trailing whitespace ignored).
+Task kinds, cut with a fixed seed from the `.py` files under a directory (engine/tasks.py):
+
+  lines          one whole non-blank line (the cursor on an indented empty line)
+  rest_of_line   the rest of a line from a random column
+  single_line    lines and rest_of_line together (the issue's single-line infill)
+  block_body     the whole indented block after a `:` line, at least two lines
+  random_span    a random character span of up to 160 characters
+  function_body  the body after the docstring of a function whose doctests pass with it
+                 (engine/passk.py): these give pass@1 by execution
+
+Per kind: exact match (the fill equals the removed middle, trailing whitespace ignored),
+syntax validity (prefix + fill + suffix has no more tree-sitter errors than the file as
+written: engine.syntax.parses_no_worse), steps and canvas tokens per fill, p50 and p95
+latency (encode + denoise; the cache is cleared before every fill, so each one is cold),
+and for function_body pass@1. The same tasks run again with the one-token-per-step
+left-to-right baseline on the same weights (`baseline`), so the speed/quality trade-off
+is one table (`markdown_table`).
+
+The fill is the model's raw top candidate (no syntax checking or truncation, which would
+hide the model's errors), except that single-line kinds keep its first line, as the
+editor does for a single-line span. Canvas budgets are the editor's (engine/spans):
+32 tokens for a line, 64 for a random span, 128 for a body, unless --canvas-tokens is
+given; a task whose middle does not fit its budget is redrawn (up to REDRAWS times, and
+the share that fits is reported).
 """
 
 from __future__ import annotations
 
 import random
 import statistics
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from engine import passk
 from engine.errors import InputError
 from engine.infill import InfillEngine, InfillRequest
 from engine.sampler import SamplerConfig
+from engine.spans.select import MULTI_LINE_BUDGET, PROSE_BUDGET, SINGLE_LINE_BUDGET
+from engine.syntax import parses_no_worse
 from engine.tasks import TaskKind, cut
 
-KINDS: tuple[TaskKind, ...] = ("rest_of_line", "lines", "random_span")
+# eval kind -> (cut kind, most characters in the middle, canvas budget, single-line fill)
+KIND_SPECS: dict[str, tuple[TaskKind, int, int, bool]] = {
+    "lines": ("line", 160, SINGLE_LINE_BUDGET, True),
+    "rest_of_line": ("rest_of_line", 160, SINGLE_LINE_BUDGET, True),
+    "block_body": ("block_body", 400, MULTI_LINE_BUDGET, False),
+    "random_span": ("random_span", 160, PROSE_BUDGET, False),
+}
+KINDS: tuple[str, ...] = tuple(KIND_SPECS)
+TABLE_KINDS = ("single_line", "block_body", "random_span", "function_body")
+REDRAWS = 50  # draws per task before one that does not fit its canvas is taken anyway
+MAX_BODY_CHARS = 400  # function bodies longer than this are not mined
+DEFAULT_FUNCTIONS = 200  # functions for pass@1 (at most)
+
+
+@dataclass(frozen=True)
+class Task:
+    prefix: str
+    middle: str
+    suffix: str
+    canvas: int
+    single_line: bool
+    fits: bool  # the middle and end-of-fill fit the canvas
+
+
+@dataclass(frozen=True)
+class Outcome:
+    fill: str
+    exact: bool
+    syntax_valid: bool | None
+    steps: int
+    tokens: int  # canvas positions used: the fill's tokens plus end-of-fill when it fit
+    ms: float
+
+
+def load_files(data: Path) -> list[tuple[Path, str]]:
+    """(path, text) of every readable, non-empty .py file under `data`, sorted by path."""
+    if not data.is_dir():
+        raise InputError(f"eval data directory not found: {data}")
+    files = []
+    for p in sorted(data.rglob("*.py")):
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if text.strip():
+            files.append((p, text))
+    if not files:
+        raise InputError(f"no readable .py files under {data}")
+    return files
+
+
+def draw_tasks(
+    engine: InfillEngine, texts: list[str], kind: str, n: int, rng: random.Random, canvas_tokens: int | None
+) -> list[Task]:
+    """`n` tasks of an eval kind (fewer only when the files hold too few)."""
+    cut_kind, max_chars, budget, single = KIND_SPECS[kind]
+    canvas = canvas_tokens or budget
+    tasks: list[Task] = []
+    draws = tries = 0
+    while len(tasks) < n and draws < 100 * n:
+        draws += 1
+        got = cut(rng.choice(texts), cut_kind, rng, max_chars)
+        if got is None or not got[1].strip() or (kind == "block_body" and got[1].count("\n") < 2):
+            continue  # no such node in this file, a blank middle, or a one-line body
+        fits = len(engine.tok.encode(got[1])) + 1 <= canvas
+        tries += 1
+        if fits or tries >= REDRAWS:
+            tasks.append(Task(*got, canvas=canvas, single_line=single, fits=fits))
+            tries = 0
+    return tasks
+
+
+def run_task(
+    engine: InfillEngine,
+    task: Task,
+    sampler: SamplerConfig | None,
+    use_drafter: bool | None,
+    context_tokens: int | None,
+) -> Outcome:
+    engine.reset()  # independent, cold fills: no warm start, no cached context
+    r = engine.fill(
+        InfillRequest(
+            prefix=task.prefix,
+            suffix=task.suffix,
+            sampler=sampler,
+            use_drafter=use_drafter,
+            canvas_tokens=task.canvas,
+            context_tokens=context_tokens,
+        )
+    )
+    fill = r.text.split("\n", 1)[0] if task.single_line else r.text
+    ids = r.candidates[0].token_ids if r.candidates else []
+    return Outcome(
+        fill=fill,
+        exact=fill.rstrip() == task.middle.rstrip(),
+        syntax_valid=parses_no_worse(task.prefix, task.middle, fill, task.suffix),
+        steps=r.steps,
+        tokens=min(len(ids) + 1, task.canvas),
+        ms=r.total_ms,
+    )
+
+
+def _pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
+
+
+def summarize(tasks: list[Task], outcomes: list[Outcome]) -> dict[str, Any]:
+    """The figures of one kind (and one sampler)."""
+    n = len(outcomes)
+    if not n:
+        return {"tasks": 0}
+    checked = [o.syntax_valid for o in outcomes if o.syntax_valid is not None]
+    steps = [o.steps for o in outcomes]
+    return {
+        "tasks": n,
+        "exact_match": round(sum(o.exact for o in outcomes) / n, 4),
+        "syntax_valid": round(sum(checked) / len(checked), 4) if checked else None,
+        "steps_per_fill": round(statistics.mean(steps), 2),
+        "tokens_per_fill": round(statistics.mean(o.tokens for o in outcomes), 2),
+        "tokens_per_step": round(sum(o.tokens for o in outcomes) / max(1, sum(steps)), 2),
+        "p50_ms": round(statistics.median(o.ms for o in outcomes), 2),
+        "p95_ms": round(_pct([o.ms for o in outcomes], 0.95), 2),
+        "middle_fits_canvas": round(sum(t.fits for t in tasks) / n, 4),
+    }
 
 
 def evaluate_dir(
     engine: InfillEngine,
     data: Path,
-    tasks: int = 100,
+    tasks: int = 500,
     seed: int = 0,
     sampler: SamplerConfig | None = None,
     use_drafter: bool | None = None,
     canvas_tokens: int | None = None,
     context_tokens: int | None = None,
+    baseline: bool = True,
+    functions: int = DEFAULT_FUNCTIONS,
+    timeout: float = passk.DEFAULT_TIMEOUT_S,
+    kinds: tuple[str, ...] = KINDS,
 ) -> dict[str, Any]:
-    if not data.is_dir():
-        raise InputError(f"eval data directory not found: {data}")
-    texts = []
-    for p in sorted(data.rglob("*.py")):
-        try:
-            texts.append(p.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError):
-            continue
-    texts = [t for t in texts if t.strip()]
-    if not texts:
-        raise InputError(f"no readable .py files under {data}")
+    """The report: one entry per kind, the baseline's under "baseline", pass@1 under
+    "function_body" (when `functions` > 0)."""
+    files = load_files(data)
+    texts = [t for _, t in files]
+    base = sampler or engine.default_sampler()
     rng = random.Random(seed)
-    report: dict[str, Any] = {"data": str(data), "files": len(texts)}
-    all_exact, all_steps = 0, []
-    for kind in KINDS:
-        exact, steps, ms = 0, [], []
-        for _ in range(tasks):
-            prefix, middle, suffix = cut(rng.choice(texts), kind, rng)
-            engine.reset(cache=False)  # independent tasks: no warm start between them
-            r = engine.fill(
-                InfillRequest(
-                    prefix=prefix,
-                    suffix=suffix,
-                    sampler=sampler,
-                    use_drafter=use_drafter,
-                    canvas_tokens=canvas_tokens,
-                    context_tokens=context_tokens,
-                )
-            )
-            exact += r.text.rstrip() == middle.rstrip()
-            steps.append(r.steps)
-            ms.append(r.total_ms)
-        all_exact += exact
-        all_steps += steps
-        report[kind] = {
-            "tasks": tasks,
-            "exact_match": round(exact / tasks, 4),
-            "steps_per_fill": round(statistics.mean(steps), 2),
-            "p50_ms": round(statistics.median(ms), 2),
-        }
-    report["all"] = {
-        "tasks": tasks * len(KINDS),
-        "exact_match": round(all_exact / (tasks * len(KINDS)), 4),
-        "steps_per_fill": round(statistics.mean(all_steps), 2),
+    report: dict[str, Any] = {"data": str(data), "files": len(files), "seed": seed}
+    runs: dict[str, dict[str, tuple[list[Task], list[Outcome]]]] = {"diffusion": {}, "baseline": {}}
+
+    def run_kind(kind: str, kind_tasks: list[Task]) -> None:
+        runs["diffusion"][kind] = (
+            kind_tasks,
+            [run_task(engine, t, base, use_drafter, context_tokens) for t in kind_tasks],
+        )
+        if baseline:
+            outs = []
+            for t in kind_tasks:  # one token per step left to right: the autoregressive-style baseline
+                l2r = replace(base, strategy="left_to_right", max_steps=t.canvas)
+                outs.append(run_task(engine, t, l2r, False, context_tokens))
+            runs["baseline"][kind] = (kind_tasks, outs)
+
+    for kind in kinds:
+        run_kind(kind, draw_tasks(engine, texts, kind, tasks, rng, canvas_tokens))
+
+    mined: list[passk.DoctestFunction] = []
+    kept: list[passk.DoctestFunction] = []
+    checked = 0
+    if functions > 0:
+        mined = passk.mine(files, MAX_BODY_CHARS)
+        random.Random(seed).shuffle(mined)
+        kept, checked = passk.keep_passing(mined, functions, timeout)
+        canvas = canvas_tokens or MULTI_LINE_BUDGET
+        fn_tasks = [
+            Task(fn.prefix, fn.middle, fn.suffix, canvas, False, len(engine.tok.encode(fn.middle)) + 1 <= canvas)
+            for fn in kept
+        ]
+        run_kind("function_body", fn_tasks)
+
+    for name, by_kind in runs.items():
+        if name == "baseline" and not baseline:
+            continue
+        out = report if name == "diffusion" else report.setdefault("baseline", {})
+        for kind, (kind_tasks, outcomes) in by_kind.items():
+            out[kind] = summarize(kind_tasks, outcomes)
+            if kind == "function_body":
+                results = passk.run_many([(fn, o.fill) for fn, o in zip(kept, outcomes, strict=True)], timeout)
+                out[kind]["pass_at_1"] = round(sum(r.passed for r in results) / len(results), 4) if results else None
+                out[kind]["timeouts"] = sum(r.reason == "timeout" for r in results)
+        if "lines" in by_kind and "rest_of_line" in by_kind:
+            pairs = [by_kind[k] for k in ("lines", "rest_of_line")]
+            out["single_line"] = summarize([t for p in pairs for t in p[0]], [o for p in pairs for o in p[1]])
+        all_tasks = [t for k in kinds for t in by_kind[k][0]]
+        all_outs = [o for k in kinds for o in by_kind[k][1]]
+        out["all"] = summarize(all_tasks, all_outs)
+    if functions > 0:
+        report["function_body"] = report.get("function_body", {"tasks": 0})
+        report["function_body"].update(
+            {"functions_mined": len(mined), "functions_checked": checked, "functions_kept": len(kept)}
+        )
+    report["setup"] = {
+        "model": str(engine.model.path),
+        "backend": engine.model.backend,
+        "strategy": base.strategy,
+        "max_steps": base.max_steps,
+        "entropy_bound": base.entropy_bound,
+        "drafter": use_drafter if use_drafter is not None else bool(engine.defaults.get("drafter", True)),
+        "context_tokens": context_tokens or engine.defaults.get("context_tokens"),
+        "canvas_tokens": canvas_tokens
+        or {"single_line": SINGLE_LINE_BUDGET, "random_span": PROSE_BUDGET, "block_body": MULTI_LINE_BUDGET},
+        "baseline": "left_to_right, one token per step, drafter off" if baseline else None,
+        "doctest_timeout_s": timeout,
     }
     return report
+
+
+def _cell(value: Any, fmt: str) -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    """Rows kind x {diffusion, baseline}; columns EM, syntax-valid, pass@1, steps, p50 ms."""
+    lines = [
+        "| kind | decoding | tasks | EM | syntax-valid | pass@1 | steps/fill | p50 ms |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for kind in TABLE_KINDS:
+        for name, source in (("diffusion", report), ("baseline", report.get("baseline", {}))):
+            row = source.get(kind)
+            if not row or not row.get("tasks"):
+                continue
+            lines.append(
+                f"| {kind} | {name} | {row['tasks']} | {_cell(row['exact_match'], '.1%')} "
+                f"| {_cell(row['syntax_valid'], '.1%')} | {_cell(row.get('pass_at_1'), '.1%')} "
+                f"| {row['steps_per_fill']:.1f} | {row['p50_ms']:.0f} |"
+            )
+    return "\n".join(lines) + "\n"

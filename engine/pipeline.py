@@ -8,6 +8,7 @@ import sysconfig
 import time
 from pathlib import Path
 
+from engine.corpus import DATA_MANIFEST, MANIFEST, data_manifest, read_manifest
 from engine.modeldir import save_model_dir
 from engine.tokenizer import train_tokenizer
 from engine.training import TrainConfig, load_recipe, read_corpus, recipe_json, train
@@ -60,16 +61,41 @@ def run_training(recipe: Path, out: Path, resume: Path | None = None) -> dict[st
     model, summary = train(cfg, tok, train_texts, held, resume=model, progress=progress)
     sys.stderr.write("\n")
     n_params = sum(p.numel() for p in model.parameters())
+    corpora = [Path(d) for d in dirs if (Path(d) / MANIFEST).is_file()]
     card = MODEL_CARD.format(
         params=n_params,
-        files=len(train_texts),
-        held=len(held),
-        holdout=", ".join(cfg.holdout) or "none",
+        data=describe_data(corpora, len(train_texts), len(held), cfg.holdout),
         recipe=recipe_json(cfg),
+        recipe_file=recipe.as_posix(),
         **{k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in summary.items()},
     )
     save_model_dir(out, model, tok, "absorbing", DEFAULTS, card)
+    if corpora:  # what the weights were trained on ships with them, next to the card
+        (out / DATA_MANIFEST).write_text(data_manifest(corpora), encoding="utf-8")
     return summary
+
+
+def describe_data(corpora: list[Path], files: int, held: int, holdout: list[str]) -> str:
+    """The model card's data line: from the corpus manifests when there are any (the
+    licences actually present), else the standard-library description of the first model."""
+    if not corpora:
+        return (
+            "the Python standard library of CPython 3.11 (PSF licence), test directories\n"
+            f"  excluded, exact duplicates removed; {files} training files; {held} files held out by\n"
+            f"  package ({', '.join(holdout) or 'none'}) and never trained on."
+        )
+    entries = [e for c in corpora for e in read_manifest(c)]
+    train_pkgs = sorted({e["package"] for e in entries if e["split"] == "train"})
+    held_pkgs = sorted({e["package"] for e in entries if e["split"] == "heldout"} | set(holdout))
+    licences = sorted({e["license"] for e in entries})
+    n_stdlib = sum(p.startswith("stdlib:") for p in train_pkgs)
+    return (
+        f"{files} training files from {len(train_pkgs) - n_stdlib} PyPI packages and {n_stdlib} standard-library\n"
+        "  modules, permissively licensed only (" + "; ".join(licences) + "), test suites and\n"
+        "  vendored code excluded, exact and near duplicates removed (python -m engine.corpus);\n"
+        f"  {held} files held out by package ({', '.join(held_pkgs) or 'none'}) and never trained on.\n"
+        f"  {DATA_MANIFEST} lists every package with its version and licence."
+    )
 
 
 MODEL_CARD = """# diffusion-lsp first model (placeholder quality)
@@ -80,13 +106,11 @@ model: the default-model issue trains the real one.
 
 - Parameters: {params:,} (tied embeddings), fp32 weights; ONNX graphs encode.onnx and
   denoise.onnx hold the same weights.
-- Data: the Python standard library of CPython 3.11 (PSF licence), test directories
-  excluded, exact duplicates removed; {files} training files; {held} files held out by
-  package ({holdout}) and never trained on.
+- Data: {data}
 - Training: {steps} steps, {tokens_seen:,} tokens seen (context + canvas), {seconds} s on a
   2-core CPU. Final training loss {train_loss}, held-out loss {held_out_loss}
   (cross-entropy on the corrupted canvas, nats).
-- Recipe (recipes/first-model.json):
+- Recipe ({recipe_file}):
 
 ```json
 {recipe}

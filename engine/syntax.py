@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from engine.spans import Document, language_for, select_span, validate_fill
+from engine.spans import Document, count_errors, language_for, select_span, validate_fill
 from engine.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
@@ -60,3 +60,21 @@ def check_candidates(
         kept.syntax = verdict.status
         out.append(kept)
     return sorted(out, key=lambda c: _RANK.get(c.syntax, 2))  # stable: greedy first among equals
+
+
+def parses_no_worse(prefix: str, middle: str, fill: str, suffix: str, language: str = "python") -> bool | None:
+    """Whether prefix + fill + suffix has no more syntax errors (ERROR and MISSING nodes)
+    than prefix + middle + suffix, the file as written; None without a grammar.
+
+    The evaluation's syntax-validity measure: held-out files may already hold errors
+    (newer syntax than the grammar knows), which a fill is not blamed for. The fill's
+    tree is an incremental reparse of the original's.
+    """
+    lang = language_for(language)
+    if not lang.grammar:
+        return None
+    doc = Document(prefix + middle + suffix, lang)
+    if doc.tree is None:
+        return None
+    after = doc.with_insert(len(prefix) + len(middle), fill, len(prefix))
+    return bool(count_errors(after) <= count_errors(doc.tree))

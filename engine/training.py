@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from engine.corpus import MANIFEST, read_manifest
 from engine.model import DiffusionCoder, ModelConfig
 from engine.tasks import cut_example
 from engine.tokenizer import Tokenizer
@@ -50,30 +51,58 @@ class TrainConfig:
     seed: int = 0
     time_limit_s: float = 0.0  # 0: no limit; else stop (and save) after this long
     threads: int = 0  # torch intra-op threads; 0: torch's default
+    # Accelerator settings; the defaults train exactly as before. bf16 (autocast) and
+    # compile (torch.compile of the training forward, fused AdamW) apply only on CUDA:
+    # on CPU they are ignored, so one recipe serves both machines.
+    device: str = "cpu"  # cpu | cuda | cuda:N
+    bf16: bool = False
+    compile: bool = False
 
 
 def read_corpus(dirs: Sequence[str], holdout: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(train, held-out) texts: .py files, UTF-8, under MAX_FILE_BYTES, exact duplicates removed."""
+    """(train, held-out) texts from corpus directories, exact duplicates removed.
+
+    A directory built by ``python -m engine.corpus`` (it has a manifest.jsonl) is read
+    through its manifest: its train split trains, its heldout split is held out, and a
+    package named in ``holdout`` is held out too (a recipe can hold out more, never less).
+    Any other directory is read as plain .py files (UTF-8, under MAX_FILE_BYTES, test
+    directories skipped), held out when a path part is in ``holdout``."""
     seen: set[str] = set()
     train: list[str] = []
     held: list[str] = []
+
+    def add(raw: bytes, is_held: bool) -> None:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return
+        if not text.strip() or len(raw) > MAX_FILE_BYTES:
+            return
+        digest = hashlib.sha256(raw).hexdigest()
+        if digest in seen:
+            return
+        seen.add(digest)
+        (held if is_held else train).append(text)
+
     for d in dirs:
+        if (Path(d) / MANIFEST).is_file():
+            for entry in read_manifest(Path(d)):
+                try:
+                    raw = (Path(d) / entry["path"]).read_bytes()
+                except OSError:
+                    log.warning("%s: listed in the manifest but not readable", entry["path"])
+                    continue
+                add(raw, entry["split"] == "heldout" or entry["package"] in holdout)
+            continue
         for path in sorted(Path(d).rglob("*.py")):
             parts = set(path.parts)
             if parts & {"test", "tests", "idle_test", "site-packages"}:
                 continue
             try:
                 raw = path.read_bytes()
-                text = raw.decode("utf-8")
-            except (OSError, UnicodeDecodeError):
+            except OSError:
                 continue
-            if not text.strip() or len(raw) > MAX_FILE_BYTES:
-                continue
-            digest = hashlib.sha256(raw).hexdigest()
-            if digest in seen:
-                continue
-            seen.add(digest)
-            (held if parts & set(holdout) else train).append(text)
+            add(raw, bool(parts & set(holdout)))
     return train, held
 
 
@@ -140,12 +169,24 @@ def corrupt(
 
 
 def loss_fn(
-    model: DiffusionCoder, batch: tuple[torch.Tensor, ...], mask_id: int, cfg: TrainConfig, gen: torch.Generator
+    model: DiffusionCoder,
+    batch: tuple[torch.Tensor, ...],
+    mask_id: int,
+    cfg: TrainConfig,
+    gen: torch.Generator,
+    forward: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
+    """Canvas loss of one batch. Batches and corruption are made on the CPU (one
+    generator, so a seed means the same data on every device) and moved to the model's
+    device here; ``forward`` is model.forward_train or a compiled version of it."""
     ctx, valid, target = batch
     canvas, hidden = corrupt(target, mask_id, model.cfg.vocab_size, cfg.replace_rate, gen)
-    logits = model.forward_train(ctx, valid, canvas)  # (B, C, V)
-    ce = F.cross_entropy(logits.flatten(0, 1), target.flatten(), reduction="none").view_as(target)
+    device = next(model.parameters()).device
+    ctx, valid, canvas, target, hidden = (t.to(device, non_blocking=True) for t in (ctx, valid, canvas, target, hidden))
+    use_bf16 = cfg.bf16 and device.type == "cuda"
+    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_bf16):
+        logits = (forward or model.forward_train)(ctx, valid, canvas)  # (B, C, V)
+    ce = F.cross_entropy(logits.float().flatten(0, 1), target.flatten(), reduction="none").view_as(target)
     w = torch.where(hidden, 1.0, cfg.visible_loss_weight)
     return (ce * w).sum() / w.sum()
 
@@ -166,7 +207,17 @@ def train(
     gen = torch.Generator().manual_seed(cfg.seed)
     mcfg = ModelConfig(vocab_size=tok.vocab_size, **cfg.model)  # type: ignore[arg-type]
     model = resume if resume is not None else DiffusionCoder(mcfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+    device = training_device(cfg.device)
+    on_cuda = device.type == "cuda"
+    model.to(device)
+    opt = torch.optim.AdamW(
+        model.parameters(),
+        lr=cfg.lr,
+        weight_decay=cfg.weight_decay,
+        betas=(0.9, 0.95),
+        **({"fused": True} if on_cuda else {}),
+    )
+    forward = torch.compile(model.forward_train) if cfg.compile and on_cuda else None
     mask_id = tok.special.mask
     assert mask_id is not None
     eval_batches: list[tuple[torch.Tensor, ...]] = []
@@ -188,7 +239,7 @@ def train(
         for group in opt.param_groups:
             group["lr"] = max(lr, cfg.lr * 0.05)
         model.train()
-        loss = loss_fn(model, next(data), mask_id, cfg, gen)
+        loss = loss_fn(model, next(data), mask_id, cfg, gen, forward)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -210,7 +261,17 @@ def train(
         "seconds": time.monotonic() - start,
         "tokens_seen": step * cfg.batch_size * (cfg.context_tokens + cfg.canvas_tokens),
     }
-    return model.eval(), summary
+    return model.cpu().eval(), summary  # export and safetensors expect CPU weights
+
+
+def training_device(name: str) -> torch.device:
+    """The recipe's device, checked up front: a CUDA recipe on a machine without CUDA is
+    an error, not a silent CPU run of a model sized for an accelerator."""
+    if name != "cpu" and not (name == "cuda" or name.startswith("cuda:")):
+        raise ValueError(f"device {name!r}: use cpu, cuda or cuda:N")
+    if name != "cpu" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} requested but CUDA is not available")
+    return torch.device(name)
 
 
 @torch.no_grad()

@@ -263,3 +263,36 @@ def test_split_at_counts_lines_as_editors_do() -> None:
     assert split_at("a = 1\x0c\nb = 2\n", 2, 1) == ("a = 1\x0c\n", "b = 2\n")
     assert split_at("s = '\u2028'\nt", 2, 1) == ("s = '\u2028'\n", "t")
     assert split_at("a\rb", 2, 2) == ("a\rb", "")
+
+
+def test_eval_prints_json_or_a_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "heldout"
+    (data / "pkg").mkdir(parents=True)
+    (data / "pkg" / "__init__.py").write_text("")
+    shutil.copy(SAMPLE, data / "pkg" / "inventory.py")
+    (data / "pkg" / "square.py").write_text(
+        'def square(x):\n    """The square.\n\n    >>> square(3)\n    9\n    """\n    y = x * x\n    return y\n'
+    )
+    code, out, err = run_cli(capsys, "eval", "--data", str(data), "--tasks", "2", "--functions", "0", "--no-baseline")
+    assert code == 0, err
+    report = json.loads(out)
+    for kind in ("lines", "rest_of_line", "block_body", "random_span"):  # the old keys, and new ones
+        assert report[kind]["tasks"] == 2 and 0.0 <= report[kind]["syntax_valid"] <= 1.0
+    assert report["single_line"]["tasks"] == 4 and report["all"]["tasks"] == 8
+    assert "baseline" not in report and "function_body" not in report
+
+    saved = tmp_path / "report.json"
+    args = ["eval", "--data", str(data), "--tasks", "1", "--functions", "5", "--table", "--output", str(saved)]
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0, err
+    assert out.startswith("| kind | decoding |") and "| function_body | baseline | 1 |" in out
+    report = json.loads(saved.read_text())
+    assert report["function_body"]["functions_kept"] == 1 and report["baseline"]["function_body"]["tasks"] == 1
+
+
+def test_eval_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "eval", "--data", str(tmp_path / "missing"), "--tasks", "1")
+    assert code == 2 and "eval data directory not found" in err and err.count("\n") == 1 and out == ""
+    with pytest.raises(SystemExit) as exc:
+        main(["eval", "--data", str(tmp_path), "--functions", "-1"])
+    assert exc.value.code == 2 and "--functions" in capsys.readouterr().err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -88,3 +89,71 @@ def test_eval_on_a_missing_directory_is_a_clear_error(
 ) -> None:
     assert main(["eval", "--model", str(tiny_model_dir), "--data", str(tmp_path / "none")]) == 2
     assert "eval data directory not found" in capsys.readouterr().err
+
+
+def test_train_on_a_built_corpus_ships_its_manifest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A corpus from engine.corpus trains through its manifest, and the model directory
+    gets DATA_MANIFEST.jsonl (the corpus manifest, small enough here to copy whole)."""
+    from engine.corpus import build
+
+    from .test_corpus import MIT, code, fake_stdlib, make_wheel
+
+    corpus = tmp_path / "corpus"
+    make_wheel(corpus / ".cache" / "goodpkg", "goodpkg", "1.0", {"goodpkg/core.py": code("good")}, *MIT)
+    build(corpus, ["goodpkg"], ["stdlib:email"], stdlib=True, stdlib_dir=fake_stdlib(tmp_path / "stdlib"))
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(
+        json.dumps(
+            {
+                "corpus": [str(corpus)],
+                "vocab_size": 300,
+                "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 32, "max_positions": 256},
+                "context_tokens": 48,
+                "canvas_tokens": 16,
+                "batch_size": 2,
+                "steps": 2,
+                "warmup": 1,
+            }
+        )
+    )
+    out = tmp_path / "model"
+    assert main(["train", "--recipe", str(recipe), "--out", str(out)]) == 0
+    capsys.readouterr()
+    shipped = (out / "DATA_MANIFEST.jsonl").read_text()
+    assert shipped == (corpus / "manifest.jsonl").read_text()
+    assert {json.loads(line)["package"] for line in shipped.splitlines()} >= {"goodpkg", "stdlib:email"}
+    card = (out / "MODEL_CARD.md").read_text()
+    assert "3 training files from 1 PyPI packages and 2 standard-library" in card
+    assert "2 files held out by package (stdlib:email)" in card and "MIT; PSF-2.0" in card
+
+
+def test_accelerator_settings_are_ignored_on_cpu() -> None:
+    """bf16 and compile apply only on CUDA: a CPU recipe with them trains exactly as
+    without them (same seed, same losses), and an unknown device is refused."""
+    import torch
+
+    from engine.tokenizer import train_tokenizer
+    from engine.training import TrainConfig, train
+
+    texts = [p.read_text(encoding="utf-8") for p in sorted(FIXTURE_CODE.glob("*.py"))]
+    tok = train_tokenizer(texts * 4, vocab_size=300)
+    base: dict[str, Any] = {
+        "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 32, "max_positions": 256},
+        "context_tokens": 48,
+        "canvas_tokens": 16,
+        "batch_size": 2,
+        "steps": 3,
+        "warmup": 1,
+    }
+    plain_model, plain = train(TrainConfig(**base), tok, texts, texts)
+    fast_model, fast = train(TrainConfig(**base, device="cpu", bf16=True, compile=True), tok, texts, texts)
+    assert fast["steps"] == 3 and np.isfinite(fast["train_loss"])
+    assert (fast["train_loss"], fast["held_out_loss"]) == (plain["train_loss"], plain["held_out_loss"])
+    plain_w, fast_w = plain_model.state_dict(), fast_model.state_dict()
+    assert plain_w.keys() == fast_w.keys() and all(torch.equal(plain_w[k], fast_w[k]) for k in plain_w)
+    assert next(fast_model.parameters()).device.type == "cpu"
+    with pytest.raises(ValueError, match="device"):
+        train(TrainConfig(**base, device="tpu"), tok, texts, [])
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            train(TrainConfig(**base, device="cuda"), tok, texts, [])
