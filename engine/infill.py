@@ -71,6 +71,7 @@ class InfillRequest:
         None  # existing text between prefix and suffix: keep the tokens the model finds likely, re-fill the rest
     )
     document: Any | None = None  # the caller's spans.Document of prefix + suffix, if it keeps one
+    replaced: str = ""  # the text the fill takes the place of (a hole marker, a selection), for validation
 
 
 @dataclass
@@ -342,7 +343,8 @@ class InfillEngine:
         first, rest = cands[:1], sorted(cands[1:], key=lambda k: -k.mean_confidence)
         ranked = [replace(k, text=fit_indent(req.prefix, k.text)) for k in first + rest]
         if req.check_syntax and req.language:
-            ranked = check_candidates(self.tok, ranked, req.prefix, req.suffix, req.language, req.document)
+            replaced = req.refine if req.refine is not None else req.replaced
+            ranked = check_candidates(self.tok, ranked, req.prefix, req.suffix, req.language, req.document, replaced)
         self._previous = _Previous(prefix=req.prefix, suffix=req.suffix, text=ranked[0].text if ranked else "")
         for w in warnings:
             log.warning("%s", w)

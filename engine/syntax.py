@@ -7,6 +7,7 @@ pass through marked "unchecked".
 
 from __future__ import annotations
 
+import ast
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -36,11 +37,15 @@ def check_candidates(
     suffix: str,
     language: str | None,
     document: Document | None = None,
+    replaced: str = "",
 ) -> list[Candidate]:
     """Candidates that keep the file parsing no worse, cut where needed, best first.
 
     `document`: the caller's incrementally parsed document, used when its text is
-    prefix + suffix (else the text is parsed here).
+    prefix + suffix (else the text is parsed here). `replaced`: the text the fill takes
+    the place of (a hole marker, a selection; nothing at a cursor). For Python, whose
+    tree-sitter grammar accepts wrong indentation, a fill must also leave the file
+    compiling when prefix + replaced + suffix did.
     """
     lang = language_for(language)
     if not lang.grammar or not candidates:
@@ -51,15 +56,34 @@ def check_candidates(
         return candidates
     span = select_span(text, len(prefix), lang, doc.tree)
     out: list[Candidate] = []
+    strict: bool | None = None  # decided at the first candidate that gets that far
     for cand in candidates:
         fill = cand.text if span.multiline else cand.text.splitlines()[0] if cand.text else ""
         verdict = validate_fill(doc, len(prefix), fill)
         if verdict.status == "rejected" or (not verdict.fill.strip() and cand.text.strip()):
             continue
+        if strict is None:
+            strict = lang.name == "python" and _python_compiles(prefix + replaced + suffix)
+        if strict and not _python_compiles(prefix + verdict.fill + suffix):
+            continue
         kept = _keep_tokens(tok, cand, verdict.fill)
         kept.syntax = verdict.status
         out.append(kept)
     return sorted(out, key=lambda c: _RANK.get(c.syntax, 2))  # stable: greedy first among equals
+
+
+PYTHON_COMPILE_LIMIT = 500_000  # characters: past this, tree-sitter's verdict alone
+
+
+def _python_compiles(text: str) -> bool:
+    """Whether CPython's parser accepts `text` (never run); False for long texts."""
+    if len(text) > PYTHON_COMPILE_LIMIT:
+        return False
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return False
+    return True
 
 
 def parses_no_worse(prefix: str, middle: str, fill: str, suffix: str, language: str = "python") -> bool | None:

@@ -196,7 +196,14 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
         holes = find_holes(_tree(ls, uri, doc))
         for hole in reversed(holes):
             rng = types.Range(convert.position_at(doc, hole.start), convert.position_at(doc, hole.end))
-            fill = await _in_worker(ls, text[: hole.start], text[hole.end :], lang.name if lang.grammar else None)
+            fill = await _in_worker(
+                ls,
+                text[: hole.start],
+                text[hole.end :],
+                lang.name if lang.grammar else None,
+                None,
+                text[hole.start : hole.end],
+            )
             if fill.strip():  # a blank fill would delete the hole: leave it for the user
                 edits.append(types.TextEdit(rng, fill))
         now = _doc(ls, uri)
@@ -261,10 +268,16 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
 
 
 async def _in_worker(
-    ls: DiffusionServer, prefix: str, suffix: str, language: str | None, refine: str | None = None
+    ls: DiffusionServer,
+    prefix: str,
+    suffix: str,
+    language: str | None,
+    refine: str | None = None,
+    replaced: str = "",
 ) -> str:
     await _model_ready(ls)
-    return await asyncio.wrap_future(ls.fills.worker.submit(ls.fills.fill_region, prefix, suffix, language, refine))
+    work = ls.fills.worker.submit(ls.fills.fill_region, prefix, suffix, language, refine, replaced)
+    return await asyncio.wrap_future(work)
 
 
 async def _rewrite_selection(
@@ -292,7 +305,7 @@ async def _replace(
     rng = types.Range(convert.position_at(doc, start), convert.position_at(doc, end))
     lang = language_for(doc.language_id, uri)
     current = text[start:end] if refine else None
-    fill = await _in_worker(ls, text[:start], text[end:], lang.name if lang.grammar else None, current)
+    fill = await _in_worker(ls, text[:start], text[end:], lang.name if lang.grammar else None, current, text[start:end])
     now = _doc(ls, uri)
     if now is None or now.version != version:
         return None

@@ -25,7 +25,7 @@ from lsp_server.settings import Settings
 
 log = logging.getLogger(__name__)
 
-REGION_CANDIDATES = 4  # code actions: candidates to choose a non-blank, parsing fill from
+REGION_CANDIDATES = 8  # code actions: candidates to choose a non-blank, parsing fill from
 
 
 @dataclass
@@ -158,16 +158,24 @@ class FillService:
             )
         )
 
-    def fill_region(self, prefix: str, suffix: str, language: str | None, refine: str | None = None) -> str:
+    def fill_region(
+        self, prefix: str, suffix: str, language: str | None, refine: str | None = None, replaced: str = ""
+    ) -> str:
         """A fill between prefix and suffix, on the worker, for code actions (no type-
         through, no cancellation): the best candidate that is not blank, or "" when
         none is (a blank fill would delete the hole or the selection).
-        `refine`: the current text there, whose likely tokens are kept."""
+        `refine`: the current text there, whose likely tokens are kept; `replaced`: the
+        text the fill takes the place of (the fill must parse where it did)."""
         engine = self.engine
         if engine is None:
             return ""
         req = InfillRequest(
-            prefix=prefix, suffix=suffix, language=language, refine=refine, candidates=REGION_CANDIDATES
+            prefix=prefix,
+            suffix=suffix,
+            language=language,
+            refine=refine,
+            candidates=REGION_CANDIDATES,
+            replaced=replaced,
         )
         texts = [c.text for c in self._fill(engine, req).candidates]
         return next((t for t in texts if t.strip()), "")

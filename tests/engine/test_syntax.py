@@ -42,3 +42,17 @@ def test_infill_with_a_language_returns_only_fills_that_parse() -> None:
         assert all(c.syntax in ("ok", "truncated") for c in r.candidates)
         kept += len(r.candidates)
     assert kept > 0  # some fills parse: the check is not dropping everything
+
+
+def test_python_fills_must_compile_where_the_replaced_text_did() -> None:
+    """tree-sitter-python accepts a body indented wrongly; CPython's parser does not."""
+    engine = InfillEngine(load_model())
+    prefix = "class A:\n    def f(self):\n        "
+    suffix = "\n\n    def g(self):\n        return 2\n"
+    cands = [cand(engine, t) for t in ("return 1\n      x = 2", "return 1")]
+    assert [c.text for c in check_candidates(engine.tok, cands, prefix, suffix, "python", replaced="pass")] == [
+        "return 1"
+    ]
+    # where the text did not compile before (the user is mid-edit), tree-sitter's verdict stands
+    both = check_candidates(engine.tok, cands, prefix, suffix + "  )(", "python", replaced="pass")
+    assert len(both) == 2
