@@ -1,0 +1,463 @@
+;;; diffusion-lsp.el --- Diffusion-model code infill through eglot  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The diffusion-lsp authors
+;; SPDX-License-Identifier: Apache-2.0
+
+;; Version: 0.1.0
+;; Package-Requires: ((emacs "28.1") (eglot "1.9") (jsonrpc "1.0.14"))
+;; Keywords: languages, tools, convenience
+
+;;; Commentary:
+
+;; The Emacs client of diffusion-lsp, a language server that fills code
+;; from a diffusion language model looking at the code on both sides of
+;; the cursor.  Everything goes through eglot:
+;;
+;; - an `eglot-server-programs' entry that starts `diffusion-lsp' (see
+;;   `diffusion-lsp-server-command') for the modes in
+;;   `diffusion-lsp-major-modes', with its settings sent as
+;;   initializationOptions (the `diffusionLsp' object) from the
+;;   customization group `diffusion-lsp';
+;; - completion-at-point: eglot's own; the fill is the item marked ✦;
+;; - `diffusion-lsp-fill-holes', `diffusion-lsp-fill-hole',
+;;   `diffusion-lsp-regenerate-region', `diffusion-lsp-refine-region':
+;;   the server's code actions, run as workspace/executeCommand (the
+;;   server applies the edit through workspace/applyEdit);
+;; - `diffusion-lsp-next-edit': the custom request diffusion/inlineEdit,
+;;   the suggested edit shown in the buffer and applied on confirmation;
+;; - `diffusion-lsp-inline-mode': ghost text.  eglot has no
+;;   textDocument/inlineCompletion, so this mode sends it itself on
+;;   eglot's connection, shows the first item as an overlay after point,
+;;   accepts it with TAB and dismisses it on the next command or edit.
+;;
+;; Usage: load this file, open a Python file, M-x eglot.  See
+;; editors/emacs/README.md.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'diff-mode)                    ; faces for the next-edit preview
+(require 'eglot)
+(require 'jsonrpc)
+(require 'seq)
+(require 'subr-x)
+
+(defgroup diffusion-lsp nil
+  "Code infill from a diffusion language model, through eglot."
+  :group 'eglot
+  :prefix "diffusion-lsp-")
+
+;;;; Server and settings
+
+(defun diffusion-lsp--set-and-register (symbol value)
+  "Set SYMBOL to VALUE and refresh the `eglot-server-programs' entry."
+  (set-default symbol value)
+  (when (fboundp 'diffusion-lsp--register)
+    (diffusion-lsp--register)))
+
+(defcustom diffusion-lsp-server-command '("diffusion-lsp")
+  "The command that starts the language server: program and arguments.
+For example (\"/path/to/venv/bin/diffusion-lsp\" \"--log-file\"
+\"/tmp/diffusion-lsp.log\"), or (\"python3\" \"-m\" \"lsp_server\")."
+  :type '(repeat string))
+
+(defcustom diffusion-lsp-major-modes
+  '(python-mode python-ts-mode
+    (js-mode :language-id "javascript") (js-ts-mode :language-id "javascript")
+    typescript-mode typescript-ts-mode (tsx-ts-mode :language-id "typescriptreact")
+    go-mode go-ts-mode rust-mode rust-ts-mode java-mode java-ts-mode
+    c-mode c-ts-mode (c++-mode :language-id "cpp") (c++-ts-mode :language-id "cpp")
+    ruby-mode ruby-ts-mode lua-mode)
+  "Major modes whose buffers eglot connects to diffusion-lsp.
+Each element is a mode symbol or (MODE :language-id ID), as in
+`eglot-server-programs'.  eglot runs one server per buffer: a mode
+listed here is served by diffusion-lsp instead of its usual server."
+  :type '(repeat (choice symbol (list symbol (const :language-id) string)))
+  :initialize #'custom-initialize-default
+  :set #'diffusion-lsp--set-and-register)
+
+(defcustom diffusion-lsp-model nil
+  "Model directory; nil for the model shipped with the server."
+  :type '(choice (const :tag "Shipped model" nil) directory))
+
+(defcustom diffusion-lsp-backend nil
+  "Inference backend; nil for the server's default (auto)."
+  :type '(choice (const :tag "Server default" nil)
+                 (const "auto") (const "onnx") (const "torch") (const "diffusion_gemma")))
+
+(defcustom diffusion-lsp-device nil
+  "Device such as \"cpu\" or \"cuda:0\"; nil for the server's default (cpu)."
+  :type '(choice (const :tag "Server default" nil) string))
+
+(defcustom diffusion-lsp-strategy nil
+  "Sampler strategy; nil for the model's default."
+  :type '(choice (const :tag "Model default" nil) string))
+
+(defcustom diffusion-lsp-max-steps nil
+  "Most denoising steps per fill (1..1024); nil for the model's default."
+  :type '(choice (const :tag "Model default" nil) integer))
+
+(defcustom diffusion-lsp-max-fill-tokens nil
+  "Canvas length in tokens (1..256); nil to size it from the span."
+  :type '(choice (const :tag "From the span" nil) integer))
+
+(defcustom diffusion-lsp-context-tokens nil
+  "Context budget in tokens; nil for the model's default."
+  :type '(choice (const :tag "Model default" nil) integer))
+
+(defcustom diffusion-lsp-debounce-ms nil
+  "Server-side debounce in milliseconds (0..5000); nil for the default."
+  :type '(choice (const :tag "Server default" nil) integer))
+
+(defcustom diffusion-lsp-alternatives nil
+  "Candidates for an invoked inline completion (1..8); nil for the default."
+  :type '(choice (const :tag "Server default" nil) integer))
+
+(defcustom diffusion-lsp-languages nil
+  "Language ids the server fills; nil for all of them."
+  :type '(repeat string))
+
+(defcustom diffusion-lsp-drafts nil
+  "Whether the server sends drafts (not used by this client yet)."
+  :type 'boolean)
+
+(defcustom diffusion-lsp-request-timeout 60
+  "Seconds to wait for a fill, a code action command or a next edit.
+The first request waits for the model to load."
+  :type 'number)
+
+(defcustom diffusion-lsp-confirm-edits nil
+  "Non-nil to confirm the edits of the fill and rewrite commands.
+Bound as `eglot-confirm-server-initiated-edits' while they run: you
+asked for the edit, so by default it is applied without a prompt."
+  :type 'boolean)
+
+(defclass diffusion-lsp-server (eglot-lsp-server) ()
+  :documentation "An eglot connection to diffusion-lsp.")
+
+(defun diffusion-lsp--contact (_interactive)
+  "The eglot contact for diffusion-lsp, read from the current settings."
+  (cons 'diffusion-lsp-server diffusion-lsp-server-command))
+
+(defun diffusion-lsp-settings ()
+  "The `diffusionLsp' settings object (a plist) sent to the server.
+Settings left at nil are omitted, so the server's defaults apply."
+  (let ((pairs `((:model . ,(and diffusion-lsp-model (expand-file-name diffusion-lsp-model)))
+                 (:backend . ,diffusion-lsp-backend)
+                 (:device . ,diffusion-lsp-device)
+                 (:strategy . ,diffusion-lsp-strategy)
+                 (:maxSteps . ,diffusion-lsp-max-steps)
+                 (:maxFillTokens . ,diffusion-lsp-max-fill-tokens)
+                 (:contextTokens . ,diffusion-lsp-context-tokens)
+                 (:debounceMs . ,diffusion-lsp-debounce-ms)
+                 (:alternatives . ,diffusion-lsp-alternatives)
+                 (:languages . ,(and diffusion-lsp-languages (vconcat diffusion-lsp-languages))))))
+    (append (cl-loop for (key . value) in pairs when value append (list key value))
+            (list :drafts (if diffusion-lsp-drafts t :json-false)))))
+
+(cl-defmethod eglot-initialization-options ((_server diffusion-lsp-server))
+  "Send the `diffusion-lsp' customization group as initializationOptions."
+  (list :diffusionLsp (diffusion-lsp-settings)))
+
+(defun diffusion-lsp--register ()
+  "Put the diffusion-lsp entry first in `eglot-server-programs'."
+  (setq eglot-server-programs
+        (cons (cons diffusion-lsp-major-modes #'diffusion-lsp--contact)
+              (cl-remove #'diffusion-lsp--contact eglot-server-programs :key #'cdr))))
+
+(defun diffusion-lsp--server ()
+  "The diffusion-lsp connection of the current buffer, or a `user-error'."
+  (let ((server (eglot-current-server)))
+    (unless (cl-typep server 'diffusion-lsp-server)
+      (user-error "diffusion-lsp: this buffer is not managed by diffusion-lsp (M-x eglot)"))
+    server))
+
+;;;; Code actions: fill holes, regenerate, refine
+
+(defun diffusion-lsp--run-action (command beg end)
+  "Run the code action whose command is COMMAND for BEG..END; return its result.
+The server applies the edit through workspace/applyEdit."
+  (let* ((server (diffusion-lsp--server))
+         (actions (eglot-code-actions beg end "refactor.rewrite"))
+         (action (cl-find command actions :test #'equal
+                          :key (lambda (a) (plist-get (plist-get a :command) :command)))))
+    (unless action
+      (user-error "diffusion-lsp: no `%s' here" command))
+    (let ((cmd (plist-get action :command))
+          (eglot-confirm-server-initiated-edits (and diffusion-lsp-confirm-edits 'confirm)))
+      (message "diffusion-lsp: %s..." (plist-get action :title))
+      (let ((edit (jsonrpc-request server :workspace/executeCommand
+                                   (list :command (plist-get cmd :command)
+                                         :arguments (plist-get cmd :arguments))
+                                   :timeout diffusion-lsp-request-timeout)))
+        (message (if edit "diffusion-lsp: %s: done" "diffusion-lsp: %s: no fill (the buffer changed?)")
+                 (plist-get action :title))
+        edit))))
+
+(defun diffusion-lsp--region ()
+  "The active region as (BEG END), or a `user-error'."
+  (unless (use-region-p)
+    (user-error "diffusion-lsp: select a region first"))
+  (list (region-beginning) (region-end)))
+
+;;;###autoload
+(defun diffusion-lsp-fill-holes ()
+  "Fill every hole in the buffer: `pass', `...', TODO markers, empty bodies."
+  (interactive)
+  (diffusion-lsp--run-action "diffusion.fillAllHoles" (point) (point)))
+
+;;;###autoload
+(defun diffusion-lsp-fill-hole ()
+  "Fill the hole on the current line."
+  (interactive)
+  (diffusion-lsp--run-action "diffusion.fillHole" (point) (point)))
+
+;;;###autoload
+(defun diffusion-lsp-regenerate-region (beg end)
+  "Regenerate the code between BEG and END (grown to whole syntax nodes)."
+  (interactive (diffusion-lsp--region))
+  (diffusion-lsp--run-action "diffusion.regenerateSelection" beg end))
+
+;;;###autoload
+(defun diffusion-lsp-refine-region (beg end)
+  "Refine the code between BEG and END.
+The tokens there that the model finds unlikely are masked and filled again."
+  (interactive (diffusion-lsp--region))
+  (diffusion-lsp--run-action "diffusion.refineSelection" beg end))
+
+;;;; Next edit suggestion (diffusion/inlineEdit)
+
+(defface diffusion-lsp-edit-removed '((t :inherit diff-removed :strike-through t))
+  "The text a suggested edit replaces.")
+
+(defface diffusion-lsp-edit-added '((t :inherit diff-added))
+  "The text a suggested edit inserts.")
+
+(defun diffusion-lsp--request-next-edit ()
+  "Ask the server for a next edit at point.
+Return a plist (:range :text :textDocument), or nil."
+  (let ((server (diffusion-lsp--server)))
+    (eglot--signal-textDocument/didChange)
+    (let ((answer (jsonrpc-request server :diffusion/inlineEdit
+                                   (list :textDocument (eglot--VersionedTextDocumentIdentifier)
+                                         :position (eglot--pos-to-lsp-position))
+                                   :timeout diffusion-lsp-request-timeout)))
+      (seq-first (plist-get answer :edits)))))
+
+;;;###autoload
+(defun diffusion-lsp-next-edit (&optional no-confirm)
+  "Show the server's next edit suggestion around point; apply it if confirmed.
+With NO-CONFIRM (a prefix argument), apply it without asking."
+  (interactive "P")
+  (let ((edit (diffusion-lsp--request-next-edit)))
+    (if (null edit)
+        (message "diffusion-lsp: no edit to suggest here")
+      (let* ((range (plist-get edit :range))
+             (text (plist-get edit :text))
+             (version (plist-get (plist-get edit :textDocument) :version))
+             (region (eglot--range-region range))
+             (preview (make-overlay (car region) (cdr region))))
+        (overlay-put preview 'face 'diffusion-lsp-edit-removed)
+        (overlay-put preview 'after-string (propertize text 'face 'diffusion-lsp-edit-added))
+        (unwind-protect
+            (if (or no-confirm (y-or-n-p "diffusion-lsp: apply this edit? "))
+                (progn
+                  (eglot--apply-text-edits (vector (list :range range :newText text)) version)
+                  (message "diffusion-lsp: edit applied")
+                  t)
+              (message "diffusion-lsp: edit dismissed")
+              nil)
+          (delete-overlay preview))))))
+
+;;;; Inline completion: ghost text
+
+(defvar diffusion-lsp-inline-mode)      ; defined below
+
+(defface diffusion-lsp-ghost '((t :inherit shadow))
+  "The inline completion shown after point.")
+
+(defcustom diffusion-lsp-inline-idle-delay 0.3
+  "Idle seconds after an edit before `diffusion-lsp-inline-mode' asks for a fill.
+nil: ask only when `diffusion-lsp-inline-complete' is called."
+  :type '(choice (const :tag "Only on request" nil) number))
+
+(defvar-local diffusion-lsp--ghost nil
+  "The overlay showing the inline completion, or nil.
+Its properties: `diffusion-lsp-text' (what TAB inserts) and
+`diffusion-lsp-end' (a marker: the end of the text it replaces).")
+
+(defvar-local diffusion-lsp--ghost-active nil
+  "Non-nil while ghost text is shown: turns on `diffusion-lsp-inline-active-map'.")
+
+(defvar-local diffusion-lsp--generation 0
+  "Number of the newest inline completion request; older answers are dropped.")
+
+(defvar-local diffusion-lsp--stale-answers 0
+  "How many inline completion answers came for a request already superseded.")
+
+(defvar-local diffusion-lsp--idle-timer nil)
+(defvar-local diffusion-lsp--last-tick nil)
+
+(defvar diffusion-lsp-inline-active-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd "TAB") #'diffusion-lsp-inline-accept)
+    (define-key map [tab] #'diffusion-lsp-inline-accept)
+    map)
+  "Keys active while ghost text is shown.")
+
+(defvar diffusion-lsp--emulation-alist
+  `((diffusion-lsp--ghost-active . ,diffusion-lsp-inline-active-map))
+  "Puts `diffusion-lsp-inline-active-map' above other minor modes' TAB.")
+
+(defvar diffusion-lsp-inline-keep-commands '(diffusion-lsp-inline-accept)
+  "Commands that do not dismiss the ghost text.")
+
+(defun diffusion-lsp-inline-dismiss ()
+  "Remove the ghost text, if any."
+  (interactive)
+  (when diffusion-lsp--ghost
+    (set-marker (overlay-get diffusion-lsp--ghost 'diffusion-lsp-end) nil)
+    (delete-overlay diffusion-lsp--ghost))
+  (setq diffusion-lsp--ghost nil
+        diffusion-lsp--ghost-active nil))
+
+(defun diffusion-lsp-inline-accept ()
+  "Insert the ghost text at point.  Without ghost text, indent as TAB would."
+  (interactive)
+  (if (not (and diffusion-lsp--ghost (overlay-buffer diffusion-lsp--ghost)))
+      (indent-for-tab-command)
+    (let* ((ghost diffusion-lsp--ghost)
+           (beg (overlay-start ghost))
+           (end (marker-position (overlay-get ghost 'diffusion-lsp-end)))
+           (text (overlay-get ghost 'diffusion-lsp-text)))
+      (diffusion-lsp-inline-dismiss)
+      (goto-char beg)
+      (delete-region beg end)
+      (insert text))))
+
+(defun diffusion-lsp--first-item (answer)
+  "The first inline completion item of ANSWER (a list, an array or nil)."
+  (seq-first (if (vectorp answer) answer (plist-get answer :items))))
+
+(defun diffusion-lsp--show (generation tick answer)
+  "Show ANSWER's first item as ghost text at point, unless it is stale.
+GENERATION and TICK identify the request it answers."
+  (if (or (/= generation diffusion-lsp--generation)
+          (/= tick (buffer-chars-modified-tick)))
+      (cl-incf diffusion-lsp--stale-answers)
+    (when-let* ((item (diffusion-lsp--first-item answer))
+                (insert-text (plist-get item :insertText))
+                (text (if (stringp insert-text) insert-text (plist-get insert-text :value)))
+                (region (if-let ((range (plist-get item :range)))
+                            (eglot--range-region range)
+                          (cons (point) (point))))
+                (typed (and (<= (car region) (point) (cdr region))
+                            (buffer-substring-no-properties (car region) (point))))
+                ((string-prefix-p typed text))
+                (shown (substring text (length typed)))
+                ((not (string-empty-p shown))))
+      (diffusion-lsp-inline-dismiss)
+      (let ((ghost (make-overlay (point) (point) nil nil t))
+            (display (copy-sequence shown)))
+        (put-text-property 0 (length display) 'face 'diffusion-lsp-ghost display)
+        (put-text-property 0 1 'cursor t display) ; the cursor stays before the ghost text
+        (overlay-put ghost 'after-string display)
+        (overlay-put ghost 'diffusion-lsp-text text)
+        (overlay-put ghost 'diffusion-lsp-end (copy-marker (cdr region) t))
+        (move-overlay ghost (car region) (car region))
+        (setq diffusion-lsp--ghost ghost
+              diffusion-lsp--ghost-active t)))))
+
+;;;###autoload
+(defun diffusion-lsp-inline-complete (&optional automatic)
+  "Ask the server for an inline completion at point and show it as ghost text.
+AUTOMATIC non-nil sends triggerKind Automatic (one candidate) instead of
+Invoked.  Answers to earlier requests are dropped, and the server stops
+the fill it was running for this buffer."
+  (interactive)
+  (let ((server (diffusion-lsp--server))
+        (buffer (current-buffer))
+        (generation (cl-incf diffusion-lsp--generation)))
+    (eglot--signal-textDocument/didChange)
+    (let ((tick (buffer-chars-modified-tick)))
+      (jsonrpc-async-request
+       server :textDocument/inlineCompletion
+       (append (eglot--TextDocumentPositionParams)
+               (list :context (list :triggerKind (if automatic 2 1))))
+       :success-fn (lambda (answer)
+                     (when (buffer-live-p buffer)
+                       (with-current-buffer buffer
+                         (diffusion-lsp--show generation tick answer))))
+       :error-fn (lambda (error)
+                   (when (buffer-live-p buffer)
+                     (with-current-buffer buffer
+                       (when (= generation diffusion-lsp--generation)
+                         (message "diffusion-lsp: inline completion failed: %s"
+                                  (plist-get error :message))))))
+       :timeout diffusion-lsp-request-timeout))))
+
+(defun diffusion-lsp--pre-command ()
+  "Dismiss the ghost text (and forget the pending request) on the next command."
+  (unless (memq this-command diffusion-lsp-inline-keep-commands)
+    (cl-incf diffusion-lsp--generation)
+    (diffusion-lsp-inline-dismiss)))
+
+(defun diffusion-lsp--after-change (&rest _)
+  "Dismiss the ghost text when the buffer changes."
+  (diffusion-lsp-inline-dismiss))
+
+(defun diffusion-lsp--post-command ()
+  "After a command that edited the buffer, ask for a fill once Emacs is idle."
+  (let ((tick (buffer-chars-modified-tick)))
+    (when (and diffusion-lsp-inline-idle-delay
+               (not (equal tick diffusion-lsp--last-tick))
+               (not (memq this-command diffusion-lsp-inline-keep-commands))
+               (not (use-region-p)))
+      (when diffusion-lsp--idle-timer
+        (cancel-timer diffusion-lsp--idle-timer))
+      (let ((buffer (current-buffer)) (point (point)))
+        (setq diffusion-lsp--idle-timer
+              (run-with-idle-timer
+               diffusion-lsp-inline-idle-delay nil
+               (lambda ()
+                 (when (and (buffer-live-p buffer) (eq buffer (current-buffer)))
+                   (setq diffusion-lsp--idle-timer nil)
+                   (when (and diffusion-lsp-inline-mode (= point (point))
+                              (cl-typep (eglot-current-server) 'diffusion-lsp-server))
+                     (diffusion-lsp-inline-complete t))))))))
+    (setq diffusion-lsp--last-tick tick)))
+
+;;;###autoload
+(define-minor-mode diffusion-lsp-inline-mode
+  "Show diffusion-lsp's inline completion as ghost text after point.
+The fill is asked for when Emacs is idle after an edit (see
+`diffusion-lsp-inline-idle-delay') or with `diffusion-lsp-inline-complete'.
+TAB inserts it; any other command, or an edit, dismisses it."
+  :lighter " ✦"
+  (if diffusion-lsp-inline-mode
+      (progn
+        (add-hook 'pre-command-hook #'diffusion-lsp--pre-command nil t)
+        (add-hook 'post-command-hook #'diffusion-lsp--post-command nil t)
+        (add-hook 'after-change-functions #'diffusion-lsp--after-change nil t)
+        (setq diffusion-lsp--last-tick (buffer-chars-modified-tick)))
+    (remove-hook 'pre-command-hook #'diffusion-lsp--pre-command t)
+    (remove-hook 'post-command-hook #'diffusion-lsp--post-command t)
+    (remove-hook 'after-change-functions #'diffusion-lsp--after-change t)
+    (when diffusion-lsp--idle-timer
+      (cancel-timer diffusion-lsp--idle-timer)
+      (setq diffusion-lsp--idle-timer nil))
+    (cl-incf diffusion-lsp--generation)
+    (diffusion-lsp-inline-dismiss)))
+
+(defun diffusion-lsp-inline-mode-maybe ()
+  "Turn `diffusion-lsp-inline-mode' on where diffusion-lsp manages the buffer.
+Off elsewhere, and when eglot stops managing it: for
+`eglot-managed-mode-hook', which runs on both."
+  (diffusion-lsp-inline-mode
+   (if (and (eglot-managed-p) (cl-typep (eglot-current-server) 'diffusion-lsp-server)) 1 -1)))
+
+(add-to-list 'emulation-mode-map-alists 'diffusion-lsp--emulation-alist)
+(diffusion-lsp--register)
+
+(provide 'diffusion-lsp)
+;;; diffusion-lsp.el ends here

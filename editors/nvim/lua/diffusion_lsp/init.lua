@@ -1,0 +1,214 @@
+--- diffusion-lsp for Neovim: starts the diffusion-lsp language server for the configured
+--- filetypes, shows its fills as ghost text (vim.lsp.inline_completion, Neovim 0.12+) or
+--- in the completion menu (older versions, or `inline = false`), renders drafts as the
+--- fill forms, and adds user commands for the server's rewrites:
+---
+---   :DiffusionFillHoles     fill every hole in the buffer
+---   :DiffusionFillHole      fill the hole at the cursor
+---   :[range]DiffusionRegenerate  regenerate the selection (or the range's lines)
+---   :[range]DiffusionRefine      refine the selection: re-fill only unlikely tokens
+---   :DiffusionNextEdit[!]   suggest the next edit at the cursor (again, or !, to apply it)
+---
+--- Usage: `require('diffusion_lsp').setup({ settings = { maxSteps = 8 } })`.
+
+local M = {}
+
+local api = vim.api
+local actions = require('diffusion_lsp.actions')
+local drafts = require('diffusion_lsp.drafts')
+
+M.NAME = actions.NAME
+
+--- The resolved options of the last setup() call.
+---@type diffusion_lsp.Config?
+M.config = nil
+
+--- Whether this Neovim shows LSP inline completions (0.12+).
+---@return boolean
+function M.has_inline_completion()
+  return vim.lsp.inline_completion ~= nil and vim.lsp.inline_completion.enable ~= nil
+end
+
+---@return boolean
+local function use_inline()
+  return M.config ~= nil and M.config.inline and M.has_inline_completion()
+end
+
+--- The inline completion state of a buffer (Neovim's private Completor), for triggering
+--- a request by key: the public API has no call for that yet.
+---@param bufnr integer
+---@return table?
+local function completor(bufnr)
+  local ok, capability = pcall(require, 'vim.lsp._capability')
+  local class = ok and type(capability.all) == 'table' and capability.all.inline_completion or nil
+  return class and class.active and class.active[bufnr] or nil
+end
+
+--- Ask for a suggestion at the cursor now (all candidates, like the user asking), rather
+--- than after the automatic debounce.
+---@param bufnr? integer
+function M.trigger(bufnr)
+  bufnr = bufnr or api.nvim_get_current_buf()
+  if use_inline() then
+    local c = completor(bufnr)
+    if c and c.request then
+      c:request(1) -- InlineCompletionTriggerKind.Invoked
+    else
+      api.nvim_exec_autocmds('CursorMovedI', { buffer = bufnr, modeline = false })
+    end
+  elseif vim.lsp.completion and vim.lsp.completion.get then
+    vim.lsp.completion.get()
+  else
+    api.nvim_feedkeys(vim.keycode('<C-x><C-o>'), 'n', false)
+  end
+end
+
+--- Accept the shown suggestion. Returns false when none is shown.
+---@return boolean
+function M.accept()
+  return use_inline() and vim.lsp.inline_completion.get() or false
+end
+
+--- Show the next (count > 0) or previous candidate.
+---@param count integer
+function M.cycle(count)
+  if use_inline() then
+    vim.lsp.inline_completion.select({ count = count })
+  end
+end
+
+--- Hide the suggestion until the next keystroke.
+---@param bufnr? integer
+function M.dismiss(bufnr)
+  bufnr = bufnr or api.nvim_get_current_buf()
+  local c = use_inline() and completor(bufnr) or nil
+  if c and c.abort then
+    c:abort()
+  end
+  drafts.clear(bufnr)
+end
+
+--- Insert-mode keys, buffer-local.
+---@param bufnr integer
+local function map_keys(bufnr)
+  local keys = assert(M.config).keys
+  local function map(lhs, rhs, desc, opts)
+    if lhs then
+      vim.keymap.set('i', lhs, rhs, vim.tbl_extend('force', { buffer = bufnr, desc = desc }, opts or {}))
+    end
+  end
+  map(keys.accept, function()
+    if not M.accept() then
+      return keys.accept -- nothing shown: the key does what it always does
+    end
+  end, 'diffusion-lsp: accept the suggestion', { expr = true, replace_keycodes = true })
+  map(keys.next, function()
+    M.cycle(1)
+  end, 'diffusion-lsp: next candidate')
+  map(keys.prev, function()
+    M.cycle(-1)
+  end, 'diffusion-lsp: previous candidate')
+  map(keys.trigger, function()
+    M.trigger(bufnr)
+  end, 'diffusion-lsp: suggest now')
+  map(keys.dismiss, function()
+    M.dismiss(bufnr)
+  end, 'diffusion-lsp: hide the suggestion')
+end
+
+--- What a client needs once it attached to a buffer.
+---@param args { buf: integer, data: { client_id: integer } }
+local function on_attach(args)
+  local client = vim.lsp.get_client_by_id(args.data.client_id)
+  if not client or client.name ~= M.NAME then
+    return
+  end
+  local bufnr = args.buf
+  if use_inline() then
+    vim.lsp.inline_completion.enable(true, { bufnr = bufnr })
+  elseif vim.lsp.completion and vim.lsp.completion.enable then
+    -- 0.11: the fill is the first item of the completion menu (asked for by the trigger key)
+    vim.lsp.completion.enable(true, client.id, bufnr, { autotrigger = false })
+  else
+    vim.bo[bufnr].omnifunc = 'v:lua.vim.lsp.omnifunc'
+  end
+  map_keys(bufnr)
+end
+
+--- The vim.lsp client configuration for the resolved options.
+---@param config diffusion_lsp.Config
+---@return vim.lsp.ClientConfig
+local function client_config(config)
+  local settings = { diffusionLsp = config.settings }
+  return {
+    name = M.NAME,
+    cmd = config.cmd,
+    filetypes = config.filetypes,
+    root_markers = config.root_markers,
+    init_options = settings,
+    settings = settings, -- answered to workspace/configuration (section diffusionLsp)
+    handlers = { ['diffusion/draft'] = drafts.handler },
+  }
+end
+
+--- Start (or reuse) the client for a buffer: the fallback where vim.lsp.enable is missing.
+---@param bufnr integer
+local function start(bufnr)
+  if vim.bo[bufnr].buftype ~= '' then
+    return
+  end
+  local config = client_config(assert(M.config))
+  local fname = api.nvim_buf_get_name(bufnr)
+  local root = vim.fs.root and vim.fs.root(fname, config.root_markers) or nil
+  config.root_dir = root or vim.fs.dirname(fname)
+  config.filetypes = nil
+  config.root_markers = nil
+  vim.lsp.start(config, { bufnr = bufnr })
+end
+
+--- Define the user commands.
+local function commands()
+  local cmd = api.nvim_create_user_command
+  cmd('DiffusionFillHoles', function()
+    actions.fill_holes()
+  end, { desc = 'diffusion-lsp: fill every hole in the buffer' })
+  cmd('DiffusionFillHole', function()
+    actions.fill_hole()
+  end, { desc = 'diffusion-lsp: fill the hole at the cursor' })
+  cmd('DiffusionRegenerate', function(o)
+    local bufnr = api.nvim_get_current_buf()
+    actions.rewrite(bufnr, actions.selection(bufnr, o.line1, o.line2), false)
+  end, { range = true, desc = 'diffusion-lsp: regenerate the selection' })
+  cmd('DiffusionRefine', function(o)
+    local bufnr = api.nvim_get_current_buf()
+    actions.rewrite(bufnr, actions.selection(bufnr, o.line1, o.line2), true)
+  end, { range = true, desc = 'diffusion-lsp: refine the selection (re-fill its unlikely tokens)' })
+  cmd('DiffusionNextEdit', function(o)
+    actions.next_edit(nil, o.bang)
+  end, { bang = true, desc = 'diffusion-lsp: suggest the next edit (again, or with !, to apply it)' })
+end
+
+--- Configure and start the plugin. Errors name an invalid option.
+---@param opts? diffusion_lsp.Opts
+function M.setup(opts)
+  M.config = require('diffusion_lsp.config').resolve(opts)
+  local group = api.nvim_create_augroup('diffusion_lsp', { clear = true })
+  api.nvim_create_autocmd('LspAttach', { group = group, callback = on_attach })
+  drafts.setup()
+  actions.setup()
+  commands()
+  if vim.lsp.config ~= nil and vim.lsp.enable ~= nil then
+    vim.lsp.config(M.NAME, client_config(M.config))
+    vim.lsp.enable(M.NAME)
+  else
+    api.nvim_create_autocmd('FileType', {
+      group = group,
+      pattern = M.config.filetypes,
+      callback = function(args)
+        start(args.buf)
+      end,
+    })
+  end
+end
+
+return M
