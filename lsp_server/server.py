@@ -185,30 +185,49 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
 
     @server.command("diffusion.fillAllHoles")
     async def fill_all_holes(ls: DiffusionServer, uri: str) -> types.WorkspaceEdit | None:
-        """Each hole in turn, last to first, each fill seeing the earlier holes' context
-        (not yet one joint canvas: the engine fills one span per call)."""
+        """Fill the holes so that they agree: a first pass fills each hole, last to first,
+        in the text where the later holes are already filled; a second pass refines each
+        fill (its unlikely tokens re-filled) in the text where every other hole holds its
+        fill, so the earlier fills also see the later ones. (One span per engine call:
+        the model's canvas ends with end-of-fill, so it cannot hold several holes.)"""
         doc = _doc(ls, uri)
         if doc is None:
             return None
         lang = language_for(doc.language_id, uri)
+        language = lang.name if lang.grammar else None
         text, version = doc.source, doc.version
-        edits = []
         holes = find_holes(_tree(ls, uri, doc))
-        for hole in reversed(holes):
-            rng = types.Range(convert.position_at(doc, hole.start), convert.position_at(doc, hole.end))
-            fill = await _in_worker(
-                ls,
-                text[: hole.start],
-                text[hole.end :],
-                lang.name if lang.grammar else None,
-                None,
-                text[hole.start : hole.end],
-            )
+        fills = [text[h.start : h.end] for h in holes]  # the markers, until filled
+
+        bounds = [0] + [x for h in holes for x in (h.start, h.end)] + [len(text)]
+        gaps = [text[bounds[2 * i] : bounds[2 * i + 1]] for i in range(len(holes) + 1)]  # text between holes
+
+        def around(k: int) -> tuple[str, str]:
+            """The text before and after hole k, every other hole holding its fill."""
+            before = "".join(gaps[i] + fills[i] for i in range(k)) + gaps[k]
+            after = gaps[k + 1] + "".join(fills[i] + gaps[i + 1] for i in range(k + 1, len(holes)))
+            return before, after
+
+        filled = [False] * len(holes)
+        for k in reversed(range(len(holes))):
+            prefix, suffix = around(k)
+            fill = await _in_worker(ls, prefix, suffix, language, None, fills[k])
             if fill.strip():  # a blank fill would delete the hole: leave it for the user
-                edits.append(types.TextEdit(rng, fill))
+                fills[k], filled[k] = fill, True
+        if sum(filled) > 1:
+            for k in range(len(holes)):
+                if filled[k]:
+                    prefix, suffix = around(k)
+                    better = await _in_worker(ls, prefix, suffix, language, fills[k], fills[k])
+                    fills[k] = better if better.strip() else fills[k]
         now = _doc(ls, uri)
         if now is None or now.version != version:
             return None
+        edits = [
+            types.TextEdit(types.Range(convert.position_at(doc, h.start), convert.position_at(doc, h.end)), fills[k])
+            for k, h in enumerate(holes)
+            if filled[k]
+        ]
         if len(edits) < len(holes):
             _tell(
                 ls,

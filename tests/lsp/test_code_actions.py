@@ -89,9 +89,13 @@ async def test_fill_hole_replaces_the_marker_only(client: LanguageClient) -> Non
 async def test_fill_all_holes_edits_every_hole_in_one_edit(client: LanguageClient) -> None:
     cursor = types.Position(1, 6)
     fill_all = (await actions(client, types.Range(cursor, cursor)))[1]
+    before = await client.workspace_execute_command_async(types.ExecuteCommandParams("diffusion.stats"))
     edit = await run(client, fill_all)
+    after = await client.workspace_execute_command_async(types.ExecuteCommandParams("diffusion.stats"))
     ranges = sorted((e.range.start.line, e.range.start.character) for e in edit.changes[URI])  # type: ignore[index]
     assert ranges == [(1, 4), (5, 4)]  # `pass` and the TODO comment
+    # jointly: a fill per hole, then each refined with the other's fill in place
+    assert after["engine_calls"] - before["engine_calls"] == 4
 
 
 async def test_regenerate_selection_grows_to_whole_nodes(client: LanguageClient) -> None:
