@@ -18,7 +18,8 @@
 ;;   `diffusion-lsp-major-modes', with its settings sent as
 ;;   initializationOptions (the `diffusionLsp' object) from the
 ;;   customization group `diffusion-lsp';
-;; - completion-at-point: eglot's own; the fill is the item marked ✦;
+;; - completion-at-point: eglot's own (its exit function mended for
+;;   eglot 1.9); the fill is the item marked ✦;
 ;; - `diffusion-lsp-fill-holes', `diffusion-lsp-fill-hole',
 ;;   `diffusion-lsp-regenerate-region', `diffusion-lsp-refine-region':
 ;;   the server's code actions, run as workspace/executeCommand (the
@@ -190,7 +191,8 @@ The server applies the edit through workspace/applyEdit."
                                    (list :command (plist-get cmd :command)
                                          :arguments (plist-get cmd :arguments))
                                    :timeout diffusion-lsp-request-timeout)))
-        (message (if edit "diffusion-lsp: %s: done" "diffusion-lsp: %s: no fill (the buffer changed?)")
+        (message (if edit "diffusion-lsp: %s: done"
+                   "diffusion-lsp: %s: nothing applied (no fill that parses, or the buffer changed)")
                  (plist-get action :title))
         edit))))
 
@@ -268,6 +270,62 @@ With NO-CONFIRM (a prefix argument), apply it without asking."
               (message "diffusion-lsp: edit dismissed")
               nil)
           (delete-overlay preview))))))
+
+;;;; completion-at-point: eglot 1.9's exit function
+
+;; The fill's completion item replaces the identifier before point with
+;; that identifier followed by the fill (a textEdit; its label is "✦ ..."
+;; and its filterText the new text).  To apply a textEdit, eglot 1.9's
+;; exit function first undoes what `completion-at-point' inserted, the
+;; item's label, by deleting (length label) - (length symbol) characters
+;; before point: right only when the label starts with the symbol.  For
+;; a label shorter than the symbol ("✦ e" after "area") that deletes
+;; characters after point (the line break after the cursor); for any
+;; other label it leaves part of the label in the buffer.  So in
+;; diffusion-lsp buffers the exit function is wrapped: it puts the
+;; symbol back as it was when the items were asked for, and hands
+;; eglot's exit function a proxy as long as the symbol (carrying the
+;; item), so that eglot deletes nothing more and applies the textEdit
+;; to the text the server computed it for.
+
+(defun diffusion-lsp--completion-item (proxy table)
+  "The LSP item of completion PROXY, a string offered by eglot's TABLE."
+  (or (get-text-property 0 'eglot--lsp-item proxy)
+      ;; chosen from *Completions*, PROXY has lost its properties
+      (get-text-property 0 'eglot--lsp-item
+                         (cl-find proxy (all-completions "" table) :test #'string=))))
+
+(defun diffusion-lsp--completion-at-point (capf)
+  "CAPF, the answer of `eglot-completion-at-point', with an exit function
+that undoes the inserted label right (see the comment above)."
+  (pcase capf
+    ((and `(,start ,end ,table . ,props)
+          (guard (and (< start end)       ; nil to undo before point: eglot is right
+                      (plist-get props :exit-function)
+                      (cl-typep (eglot-current-server) 'diffusion-lsp-server))))
+     (let ((exit (plist-get props :exit-function))
+           (others (copy-sequence props))
+           (buffer (current-buffer))
+           (typed (buffer-substring-no-properties start end)))
+       (cl-remf others :exit-function)
+       `(,start ,end ,table
+                :exit-function
+                ,(lambda (proxy status)
+                   (with-current-buffer buffer
+                     (let ((item (and (memq status '(finished exact))
+                                      (<= start (point))
+                                      (equal (buffer-substring-no-properties start (point)) proxy)
+                                      (diffusion-lsp--completion-item proxy table))))
+                       (if (not (plist-get item :textEdit))
+                           (funcall exit proxy status)
+                         (delete-region start (point))
+                         (goto-char start)
+                         (insert typed)
+                         (funcall exit (propertize typed 'eglot--lsp-item item) status)))))
+                ,@others)))
+    (_ capf)))
+
+(advice-add 'eglot-completion-at-point :filter-return #'diffusion-lsp--completion-at-point)
 
 ;;;; Inline completion: ghost text
 
