@@ -107,8 +107,9 @@ def word_before(doc: Any, where: Where) -> Where:
     return Where(where.offset, where.position, start, m.group(0))
 
 
-def completion_items(answer: FillAnswer, where: Where | None) -> types.CompletionList | None:
-    """The fill as one completion item (for clients without inline completion), sorted first."""
+def completion_items(answer: FillAnswer, where: Where | None, markdown: bool = True) -> types.CompletionList | None:
+    """The fill as one completion item (for clients without inline completion), sorted
+    first; its documentation in markdown when the client reads markdown, else a string."""
     if where is None:
         return None
     items = []
@@ -122,7 +123,11 @@ def completion_items(answer: FillAnswer, where: Where | None) -> types.Completio
                 label=f"✦ {label}",
                 kind=types.CompletionItemKind.Snippet,
                 detail="diffusion-lsp",
-                documentation=types.MarkupContent(types.MarkupKind.Markdown, f"```\n{c.text}\n```"),
+                documentation=(
+                    types.MarkupContent(types.MarkupKind.Markdown, f"```\n{c.text}\n```")
+                    if markdown
+                    else c.text  # a plain string: every client reads that
+                ),
                 sort_text=f"!{i}",  # before any other item
                 filter_text=where.lead + c.text,
                 text_edit=types.TextEdit(where.range, where.lead + c.text),

@@ -142,7 +142,7 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
         doc = _doc(ls, params.text_document.uri)
         if not answer or where is None or doc is None:
             return None
-        return convert.completion_items(answer, convert.word_before(doc, where))
+        return convert.completion_items(answer, convert.word_before(doc, where), _reads_markdown(ls))
 
     @server.feature(
         types.TEXT_DOCUMENT_CODE_ACTION,
@@ -379,6 +379,13 @@ def _tree(ls: DiffusionServer, uri: str, doc: Any) -> Document:
         tree.update(doc.source, doc.version)
     ls.trees[uri] = tree
     return tree
+
+
+def _reads_markdown(ls: DiffusionServer) -> bool:
+    """Whether the client renders markdown in completion item documentation."""
+    caps = ls.client_capabilities.text_document
+    item = caps.completion.completion_item if caps and caps.completion else None
+    return bool(item and item.documentation_format and types.MarkupKind.Markdown in item.documentation_format)
 
 
 def _tell(ls: DiffusionServer, message: str) -> None:

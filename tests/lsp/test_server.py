@@ -1,5 +1,5 @@
-"""The language server as a real client sees it (pytest-lsp over stdio), with the VS Code
-and Neovim capability presets (which do not advertise inlineCompletion: added here)."""
+"""The language server as a real client sees it (pytest-lsp over stdio), with the VS Code,
+Neovim and Emacs capability presets (which do not advertise inlineCompletion: added here)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 @pytest_lsp.fixture(
     config=ClientServerConfig(server_command=[sys.executable, "-m", "lsp_server"]),
-    params=["visual_studio_code", "neovim"],
+    params=["visual_studio_code", "neovim", "emacs"],
     scope="module",
 )
 async def client(request: pytest.FixtureRequest, lsp_client: LanguageClient):  # type: ignore[no-untyped-def]
