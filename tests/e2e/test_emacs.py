@@ -15,6 +15,7 @@ import pytest
 
 from tests.e2e import emacs_harness
 
+
 @pytest.fixture(scope="module")
 def emacs() -> str:
     started = time.monotonic()

