@@ -8,6 +8,7 @@ pass through marked "unchecked".
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -57,14 +58,16 @@ def check_candidates(
     span = select_span(text, len(prefix), lang, doc.tree)
     out: list[Candidate] = []
     strict: bool | None = None  # decided at the first candidate that gets that far
+    before = after = ""
     for cand in candidates:
         fill = cand.text if span.multiline else cand.text.splitlines()[0] if cand.text else ""
         verdict = validate_fill(doc, len(prefix), fill)
         if verdict.status == "rejected" or (not verdict.fill.strip() and cand.text.strip()):
             continue
         if strict is None:
-            strict = lang.name == "python" and _python_compiles(prefix + replaced + suffix)
-        if strict and not _python_compiles(prefix + verdict.fill + suffix):
+            before, after = _top_level_chunk(prefix, suffix) if lang.name == "python" else ("", "")
+            strict = lang.name == "python" and _python_compiles(before + replaced + after)
+        if strict and not _python_compiles(before + verdict.fill + after):
             continue
         kept = _keep_tokens(tok, cand, verdict.fill)
         kept.syntax = verdict.status
@@ -73,6 +76,23 @@ def check_candidates(
 
 
 PYTHON_COMPILE_LIMIT = 500_000  # characters: past this, tree-sitter's verdict alone
+
+
+# a line break before a line that starts a statement at column 0 (not a closing bracket,
+# a comment, or the else/elif/except/finally of a statement already open)
+_TOP_LEVEL = re.compile(r"\n(?=[^\s#)\]}])(?!(?:else|elif|except|finally)\b)")
+
+
+def _top_level_chunk(prefix: str, suffix: str) -> tuple[str, str]:
+    """The ends of prefix and suffix that make up the top-level statement around the
+    fill (from the last line starting at column 0 before it to the next one after it):
+    indentation errors are local to it, and compiling it costs far less than the file.
+    A chunk that does not compile as written (a decorator cut off, a string spanning
+    it) only turns the check off."""
+    starts = [m.end() for m in _TOP_LEVEL.finditer(prefix, max(0, len(prefix) - 200_000))]
+    start = starts[-1] if starts else 0
+    m = _TOP_LEVEL.search(suffix)
+    return prefix[start:], suffix[: m.start() + 1] if m else suffix
 
 
 def _python_compiles(text: str) -> bool:

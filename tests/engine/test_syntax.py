@@ -56,3 +56,12 @@ def test_python_fills_must_compile_where_the_replaced_text_did() -> None:
     # where the text did not compile before (the user is mid-edit), tree-sitter's verdict stands
     both = check_candidates(engine.tok, cands, prefix, suffix + "  )(", "python", replaced="pass")
     assert len(both) == 2
+
+
+def test_the_compile_check_reads_only_the_top_level_statement_around_the_fill() -> None:
+    from engine.syntax import _top_level_chunk
+
+    prefix = "import os\n\n\nif os.sep:\n    a = 1\nelse:\n    "
+    suffix = "\n    b = 2\n\n\ndef g():\n    return 3\n"
+    before, after = _top_level_chunk(prefix, suffix)
+    assert before == "if os.sep:\n    a = 1\nelse:\n    " and after == "\n    b = 2\n\n\n"
