@@ -33,10 +33,10 @@ async def client(lsp_client: LanguageClient):  # type: ignore[no-untyped-def]
     await lsp_client.shutdown_session()
 
 
-async def actions(client: LanguageClient, rng: types.Range) -> list[tuple[str, str, list[object]]]:
+async def actions(client: LanguageClient, rng: types.Range, uri: str = URI) -> list[tuple[str, str, list[object]]]:
     """(title, command, arguments) of each code action offered."""
     result = await client.text_document_code_action_async(
-        types.CodeActionParams(types.TextDocumentIdentifier(URI), rng, types.CodeActionContext(diagnostics=[]))
+        types.CodeActionParams(types.TextDocumentIdentifier(uri), rng, types.CodeActionContext(diagnostics=[]))
     )
     out = []
     for a in result or []:
@@ -54,12 +54,13 @@ async def actions(client: LanguageClient, rng: types.Range) -> list[tuple[str, s
     return out
 
 
-async def run(client: LanguageClient, action: tuple[str, str, list[object]]) -> types.WorkspaceEdit:
+async def run(client: LanguageClient, action: tuple[str, str, list[object]], uri: str = URI) -> types.WorkspaceEdit:
     _, command, arguments = action
     result = await client.workspace_execute_command_async(types.ExecuteCommandParams(command, arguments))
+    assert result is not None, [m.message for m in client.messages]  # None: no fill parsed (the server says so)
     (change,) = result["documentChanges"]  # one versioned edit of the document
-    assert change["textDocument"]["uri"] == URI and isinstance(change["textDocument"]["version"], int)
-    return types.WorkspaceEdit(changes={URI: [types.TextEdit(**_edit(e)) for e in change["edits"]]})
+    assert change["textDocument"]["uri"] == uri and isinstance(change["textDocument"]["version"], int)
+    return types.WorkspaceEdit(changes={uri: [types.TextEdit(**_edit(e)) for e in change["edits"]]})
 
 
 def _edit(raw: dict) -> dict:  # type: ignore[type-arg]
@@ -77,11 +78,16 @@ async def test_a_hole_under_the_cursor_offers_fill_hole_and_fill_all(client: Lan
 
 
 async def test_fill_hole_replaces_the_marker_only(client: LanguageClient) -> None:
-    cursor = types.Position(1, 6)
-    fill_hole = (await actions(client, types.Range(cursor, cursor)))[0]
-    edit = await run(client, fill_hole)
-    (change,) = edit.changes[URI]  # type: ignore[index]
-    assert change.range == types.Range(types.Position(1, 4), types.Position(1, 8))  # `pass`
+    # a body with a docstring: the shipped model finds a fill here that compiles
+    uri = "file:///work/docstring.py"
+    text = 'def area(w, h):\n    """The area."""\n    pass\n\n\nprint(area(2, 3))\n'
+    client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(uri, "python", 1, text)))
+    cursor = types.Position(2, 6)
+    fill_hole = (await actions(client, types.Range(cursor, cursor), uri))[0]
+    edit = await run(client, fill_hole, uri)
+    (change,) = edit.changes[uri]  # type: ignore[index]
+    assert change.range == types.Range(types.Position(2, 4), types.Position(2, 8))  # `pass`
+    assert change.new_text.strip()
     applied = client.applied[-1].document_changes[0]  # type: ignore[attr-defined]
     assert applied.edits[0].range == change.range
 
@@ -135,3 +141,15 @@ async def test_inline_edit_with_bad_params_is_invalid_params(client: LanguageCli
         await client.protocol.send_request_async("diffusion/inlineEdit", {"position": "nowhere"})
     stats = await client.workspace_execute_command_async(types.ExecuteCommandParams("diffusion.stats"))
     assert stats["model_loaded"] is True  # still serving
+
+
+async def test_a_hole_with_no_fill_that_compiles_is_left_alone_and_the_user_told(client: LanguageClient) -> None:
+    """The shipped model's fills for this `pass` do not compile (checked by CPython's
+    parser): nothing is applied, and a message says why."""
+    cursor = types.Position(1, 6)
+    applied = len(client.applied)  # type: ignore[attr-defined]
+    fill_hole = (await actions(client, types.Range(cursor, cursor)))[0]
+    result = await client.workspace_execute_command_async(types.ExecuteCommandParams(fill_hole[1], fill_hole[2]))
+    assert result is None
+    assert len(client.applied) == applied  # type: ignore[attr-defined]
+    assert any("no fill that parses here" in m.message for m in client.messages)
