@@ -198,8 +198,12 @@ def train(
     held_texts: list[str],
     resume: DiffusionCoder | None = None,
     progress: Callable[[int, float, float | None], None] | None = None,
+    data: Iterator[tuple[torch.Tensor, ...]] | None = None,
 ) -> tuple[DiffusionCoder, dict[str, float]]:
-    """Train and return the model plus a summary (final losses, tokens seen, seconds)."""
+    """Train and return the model plus a summary (final losses, tokens seen, seconds).
+
+    ``data`` replaces the in-process batch generator (e.g. a DataLoader with worker
+    processes, engine/device_training.py); its batches must look like ``batches``'s."""
     torch.manual_seed(cfg.seed)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -225,7 +229,8 @@ def train(
         erng = random.Random(1234)
         it = batches(tok, held_texts, cfg, erng)
         eval_batches = [next(it) for _ in range(4)]
-    data = batches(tok, train_texts, cfg, rng)
+    if data is None:
+        data = batches(tok, train_texts, cfg, rng)
     start = time.monotonic()
     held_loss: float | None = None
     loss_v = math.nan

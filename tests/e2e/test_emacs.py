@@ -15,6 +15,8 @@ import pytest
 
 from tests.e2e import emacs_harness
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture(scope="module")
 def emacs() -> str:
