@@ -89,8 +89,13 @@ def _top_level_chunk(prefix: str, suffix: str) -> tuple[str, str]:
     indentation errors are local to it, and compiling it costs far less than the file.
     A chunk that does not compile as written (a decorator cut off, a string spanning
     it) only turns the check off."""
-    starts = [m.end() for m in _TOP_LEVEL.finditer(prefix, max(0, len(prefix) - 200_000))]
-    start = starts[-1] if starts else 0
+    start = 0
+    nl = prefix.rfind("\n")
+    while nl != -1:  # walk back line by line, only as far as the statement's first line
+        if _TOP_LEVEL.match(prefix, nl):
+            start = nl + 1
+            break
+        nl = prefix.rfind("\n", 0, nl)
     m = _TOP_LEVEL.search(suffix)
     return prefix[start:], suffix[: m.start() + 1] if m else suffix
 

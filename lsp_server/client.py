@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import itertools
 import json
+import logging
 import queue
 import subprocess
 import sys
@@ -24,6 +25,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
+
+log = logging.getLogger(__name__)
 
 
 class ServerError(RuntimeError):
@@ -191,14 +194,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--model", help="model directory (default: the shipped model)")
     p.add_argument("--alternatives", type=int, default=1, help="how many alternatives to ask for (1-8)")
     args = p.parse_args(argv)
+    # diagnostics go to stderr through logging; stdout carries only the ghost text
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     path = Path(args.file)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        print(f"error: cannot read {path}: {exc}", file=sys.stderr)
+        log.error("error: cannot read %s: %s", path, exc)
         return 2
     if args.line < 1 or args.col < 1:
-        print("error: --line and --col are 1-based", file=sys.stderr)
+        log.error("error: --line and --col are 1-based")
         return 2
     command = [sys.executable, "-m", "lsp_server"] + (["--model", args.model] if args.model else [])
     client = StdioClient(command)
@@ -208,19 +213,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         client.open(uri, text, language="python" if path.suffix == ".py" else path.suffix.lstrip("."))
         items = client.inline_completion(uri, args.line - 1, args.col - 1, invoked=True)
     except ServerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        log.error("error: %s", exc)
         client.close()
         return 1
     problems = [n["params"]["message"] for n in client.notifications if n.get("method") == "window/showMessage"]
     status = client.close()
     for message in problems:
-        print(f"server: {message}", file=sys.stderr)
+        log.warning("server: %s", message)
     name = info.get("serverInfo", {}).get("name", "server")
-    print(f"# {name}: {len(items)} suggestion(s) at {path}:{args.line}:{args.col}", file=sys.stderr)
+    log.info("# %s: %d suggestion(s) at %s:%d:%d", name, len(items), path, args.line, args.col)
     for i, item in enumerate(items):
         if i:
-            print("# --- alternative", i + 1, file=sys.stderr)
-        print(item.get("insertText", ""))
+            log.info("# --- alternative %d", i + 1)
+        sys.stdout.write(item.get("insertText", "") + "\n")  # the result: the only thing on stdout
     return 0 if items and status == 0 else 1
 
 

@@ -18,14 +18,15 @@ COMPLETION_LABEL_CHARS = 60  # a completion item's label shows this much of the 
 class Where:
     offset: int  # code point offset into the document's text
     position: types.Position  # the (clamped) client position of that offset
-    # with a completion item selected in the popup: where its range starts, and its text,
-    # which the items put in front of the fill
+    # when items replace text before the cursor (the completion item selected in the
+    # popup, or the word being typed): where that text starts, and the text, which the
+    # items put in front of the fill
     replace_from: types.Position | None = None
     lead: str = ""
 
     @property
     def range(self) -> types.Range:
-        """What an item replaces: nothing (at the cursor), or the selected item's range."""
+        """What an item replaces: nothing (at the cursor), or the text before it."""
         return types.Range(self.replace_from or self.position, self.position)
 
 

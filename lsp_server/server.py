@@ -2,10 +2,12 @@
 
 Implemented: inline completion (LSP 3.18 textDocument/inlineCompletion), the completion
 fallback for clients without it, code actions (fill hole, fill all holes, regenerate
-selection, refine selection) run as commands that apply WorkspaceEdits, settings from initializationOptions
-and didChangeConfiguration, model loading with $/progress, cancellation by newer
-requests and edits, type-through, and a `diffusion.stats` command (engine calls, for
-tests), and diffusion/inlineEdit (next edit suggestion). Drafts are not built yet.
+selection, refine selection) run as commands that apply WorkspaceEdits, settings from
+initializationOptions and workspace/configuration, model loading with $/progress,
+cancellation by newer requests and edits, debounce, type-through, diffusion/inlineEdit
+(next edit suggestion), diffusion/draft (the fill as it forms, to clients that opt in),
+and a `diffusion.stats` command (engine calls, for tests). docs/server.md is the
+protocol reference.
 """
 
 from __future__ import annotations
@@ -117,6 +119,7 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
     def did_close(ls: DiffusionServer, params: types.DidCloseTextDocumentParams) -> None:
         ls.fills.forget(params.text_document.uri)
         ls.trees.pop(params.text_document.uri, None)
+        ls.request_seq.pop(params.text_document.uri, None)
 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(
@@ -235,9 +238,7 @@ def register(server: DiffusionServer, model_override: str | None) -> None:
             )
         if not edits:
             return None
-        edit = convert.versioned_edit(uri, version, edits)
-        ls.workspace_apply_edit(types.ApplyWorkspaceEditParams(edit, label="Fill all holes"))
-        return edit
+        return _edit(ls, uri, version, edits, apply=True, label="Fill all holes")
 
     @server.command("diffusion.regenerateSelection")
     async def regenerate(
@@ -332,9 +333,22 @@ async def _replace(
         if apply:
             _tell(ls, "no fill that parses here; the text was left as it is")
         return None
-    edit = convert.versioned_edit(uri, version, [types.TextEdit(rng, fill)])
+    return _edit(ls, uri, version, [types.TextEdit(rng, fill)], apply)
+
+
+def _edit(
+    ls: DiffusionServer,
+    uri: str,
+    version: int | None,
+    edits: list[types.TextEdit],
+    apply: bool,
+    label: str = "diffusion-lsp",
+) -> types.WorkspaceEdit:
+    """The edits as one WorkspaceEdit for that version of the document, applied in the
+    client when `apply` (the client refuses it if the document has changed since)."""
+    edit = convert.versioned_edit(uri, version, edits)
     if apply:
-        ls.workspace_apply_edit(types.ApplyWorkspaceEditParams(edit, label="diffusion-lsp"))
+        ls.workspace_apply_edit(types.ApplyWorkspaceEditParams(edit, label=label))
     return edit
 
 
