@@ -80,6 +80,12 @@ def run_benchmark(model: LoadedModel, repeats: int = 20) -> dict[str, Any]:
     cases = positions(bench_sources(), repeats)
     base = engine.default_sampler()
     l2r = replace(base, strategy="left_to_right", max_steps=CANVAS_TOKENS)
+    # the autoregressive mode of the same weights, where the model has it
+    ar = (
+        replace(base, strategy="autoregressive", max_steps=CANVAS_TOKENS)
+        if model.denoiser.info.autoregressive
+        else None
+    )
 
     def request(prefix: str, suffix: str, **kw: Any) -> InfillRequest:
         return InfillRequest(
@@ -90,18 +96,23 @@ def run_benchmark(model: LoadedModel, repeats: int = 20) -> dict[str, Any]:
     engine.fill(request(*cases[0]))
     report: dict[str, Any] = {}
     rows: dict[str, tuple[list[float], list[int], list[int]]] = {
-        k: ([], [], []) for k in ("cold", "warm", "drafter_on", "drafter_off", "baseline_l2r")
+        k: ([], [], []) for k in ("cold", "warm", "drafter_on", "drafter_off", "baseline_l2r", "baseline_ar")
     }
+    scenarios: list[tuple[str, dict[str, Any]]] = [
+        ("cold", {}),
+        ("drafter_on", {"use_drafter": True}),
+        ("drafter_off", {"use_drafter": False}),
+        ("baseline_l2r", {"sampler": l2r, "use_drafter": False}),
+    ]
+    if ar is not None:
+        scenarios.append(("baseline_ar", {"sampler": ar, "use_drafter": False}))
+    else:
+        del rows["baseline_ar"]
     drafted: list[int] = []
     warm_started = 0
     reused: list[float] = []
     for prefix, suffix in cases:
-        for name, kw in (
-            ("cold", {}),
-            ("drafter_on", {"use_drafter": True}),
-            ("drafter_off", {"use_drafter": False}),
-            ("baseline_l2r", {"sampler": l2r, "use_drafter": False}),
-        ):
+        for name, kw in scenarios:
             engine.reset()
             t0 = time.perf_counter()
             r = engine.fill(request(prefix, suffix, **kw))
@@ -130,6 +141,11 @@ def run_benchmark(model: LoadedModel, repeats: int = 20) -> dict[str, Any]:
     cold_steps = report["cold"]["steps_per_fill"]
     report["ratios"] = {
         "baseline_steps_over_default": round(report["baseline_l2r"]["steps_per_fill"] / max(cold_steps, 1e-9), 2),
+        **(
+            {"ar_steps_over_default": round(report["baseline_ar"]["steps_per_fill"] / max(cold_steps, 1e-9), 2)}
+            if "baseline_ar" in report
+            else {}
+        ),
         "drafter_off_steps_over_drafter_on": round(
             report["drafter_off"]["steps_per_fill"] / max(report["drafter_on"]["steps_per_fill"], 1e-9), 2
         ),

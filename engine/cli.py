@@ -242,8 +242,18 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise InputError(f"training needs torch: pip install 'diffusion-lsp[torch]' ({exc})") from exc
     if not args.recipe.is_file():
         raise InputError(f"recipe not found: {args.recipe}")
+    if args.out is None and args.state is None:
+        raise InputError("train needs --out (a model directory), --state (a training state), or both")
     try:
-        summary = run_training(args.recipe, args.out, resume=args.resume)
+        summary = run_training(
+            args.recipe,
+            args.out,
+            resume=args.resume,
+            state_dir=args.state,
+            minutes=args.minutes,
+            cooldown_minutes=args.cooldown_minutes,
+            threads=args.threads,
+        )
     except (json.JSONDecodeError, TypeError, ValueError) as exc:
         raise InputError(f"recipe {args.recipe} is not valid: {exc}") from None
     sys.stdout.write(json.dumps(summary) + "\n")
@@ -369,8 +379,16 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train a model directory from a recipe")
     t.add_argument("-v", "--verbose", action="store_true")
     t.add_argument("--recipe", type=Path, default=Path("recipes/first-model.json"))
-    t.add_argument("--out", type=Path, required=True)
+    t.add_argument("--out", type=Path, help="model directory to write (required without --state)")
     t.add_argument("--resume", type=Path, help="model directory to continue from")
+    t.add_argument(
+        "--state",
+        type=Path,
+        help="training state directory: continued when it holds one, checkpointed during the run (wsd recipes)",
+    )
+    t.add_argument("--minutes", type=float, help="train this long (overrides the recipe's time_limit_s)")
+    t.add_argument("--threads", type=int, help="torch threads (overrides the recipe's threads)")
+    t.add_argument("--cooldown-minutes", type=float, help="then cool a copy down this long and write it to --out (wsd)")
     t.set_defaults(func=cmd_train)
 
     x = sub.add_parser("export-onnx", parents=[common], help="write the ONNX graphs for a model's safetensors")

@@ -40,6 +40,7 @@ newline); ``sha256`` and ``bytes`` describe the file as written.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import email.parser
 import hashlib
 import json
@@ -466,6 +467,29 @@ def fetch(name: str, cache: Path, find_links: Path | None = None) -> Path:
     raise FetchError(f"pip download {name} failed: {errors[-1]}")
 
 
+def prefetch(names: Sequence[str], cache: Path, find_links: Path | None, jobs: int) -> None:
+    """Download many distributions into the cache at once (pip is network-bound); a
+    failure is left for the build to record when it fetches that name again."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(name: str) -> None:
+        with contextlib.suppress(FetchError, subprocess.SubprocessError, OSError):
+            fetch(name, cache, find_links)
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        list(pool.map(one, [n for n in dict.fromkeys(names) if not BENCHMARK.search(n)]))
+
+
+def read_names(path: Path) -> list[str]:
+    """Distribution names from a file: one per line, ``#`` comments and blank lines skipped."""
+    names = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        name = line.split("#", 1)[0].strip()
+        if name:
+            names.append(name)
+    return names
+
+
 def _archive_members(archive: Path) -> Iterator[tuple[str, bytes]]:
     """(path, bytes) of the regular files in a wheel, zip or tarball."""
     if archive.name.endswith((".whl", ".zip")):
@@ -583,13 +607,20 @@ def build(
     find_links: Path | None = None,
     stdlib_dir: Path | None = None,
     installed: Sequence[str] = (),
+    jobs: int = 1,
+    max_package_mb: float | None = None,
 ) -> BuildResult:
     """Build the corpus under ``out`` (see the module docstring for the layout).
 
-    ``packages`` are fetched from the package index; ``installed`` are read from this
-    interpreter's site-packages ("*" for all of them); both pass the same filters."""
+    ``packages`` are fetched from the package index (``jobs`` downloads at a time, into
+    the cache, before the build reads them in order); ``installed`` are read from this
+    interpreter's site-packages ("*" for all of them); both pass the same filters.
+    ``max_package_mb`` caps what one package adds (files past it are dropped as
+    ``package_cap``), so a few huge or generated packages cannot crowd out the rest."""
     t0 = time.monotonic()
     cache = out / ".cache"
+    if jobs > 1 and packages:
+        prefetch(packages, cache, find_links, jobs)
     for split in SPLITS:
         shutil.rmtree(out / split, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -667,6 +698,9 @@ def build(
             data = text.encode("utf-8")
             if budget is not None and total + len(data) > budget:
                 removed["over_budget"] += 1
+                continue
+            if max_package_mb is not None and entry["bytes"] + len(data) > max_package_mb * 1_000_000:
+                removed["package_cap"] += 1
                 continue
             twin = near.add(text)
             if twin is not None:
@@ -783,6 +817,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     b = sub.add_parser("build", help="build a corpus directory")
     b.add_argument("--out", type=Path, required=True)
     b.add_argument("--packages", nargs="*", default=[], metavar="NAME", help="PyPI distributions by name")
+    b.add_argument("--packages-file", type=Path, default=None, help="more names, one per line (# comments)")
+    b.add_argument("--jobs", type=int, default=1, help="downloads at a time")
+    b.add_argument("--max-package-mb", type=float, default=None, help="cap on what one package adds")
     b.add_argument(
         "--holdout", nargs="*", default=[], metavar="NAME", help="packages held out (stdlib:NAME for stdlib)"
     )
@@ -797,8 +834,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="corpus: %(message)s", stream=sys.stderr
     )
+    packages = [*args.packages, *(read_names(args.packages_file) if args.packages_file else [])]
     result = build(
-        args.out, args.packages, args.holdout, args.stdlib, args.max_mb, args.find_links, installed=args.installed
+        args.out,
+        packages,
+        args.holdout,
+        args.stdlib,
+        args.max_mb,
+        args.find_links,
+        installed=args.installed,
+        jobs=args.jobs,
+        max_package_mb=args.max_package_mb,
     )
     sys.stdout.write(_summary(result.stats))
     return 0

@@ -14,7 +14,7 @@ so a run cut short still leaves what it did):
               held-out packages as in the recipe; or ``--corpus DIR``
 2. tokenizer  a new byte-level BPE of the recipe's vocabulary, trained on a sample
 3. model      DiffusionCoder with the recipe's architecture (tied embeddings)
-4. loader     training examples (``engine.training.make_example``: cut_example, SPM
+4. loader     training batches (``engine.training.make_batch``: the dual objective, the mix, SPM
               order, end-of-fill and padding) made by DataLoader worker processes, whole
               batches per worker, pinned memory; its rate alone is probed before training
 5. train      ``engine.training.train`` on the recipe's device (bf16, torch.compile on
@@ -47,9 +47,7 @@ import sys
 import tempfile
 import time
 import traceback
-from bisect import bisect
 from collections.abc import Callable, Iterator, Sequence
-from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +69,7 @@ from engine.modeldir import (  # noqa: E402
 )
 from engine.pipeline import DEFAULTS, describe_data  # noqa: E402
 from engine.tokenizer import SPECIAL_TOKENS, Tokenizer, train_tokenizer  # noqa: E402
-from engine.training import TrainConfig, make_example, read_corpus, train  # noqa: E402
+from engine.training import Batch, TrainConfig, make_batch, read_corpus, text_sampler, train  # noqa: E402
 
 REPORT = "train_report.json"
 MODEL_DIR = "model"
@@ -274,46 +272,28 @@ def recorded_sha256(model_dir: Path) -> str | None:
 # ----------------------------------------------------------------------------- data
 
 
-class ExampleBatches(IterableDataset[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]):
-    """Endless training batches (context, valid, target) as engine.training.batches makes
-    them; each DataLoader worker builds whole batches with its own seed."""
+class ExampleBatches(IterableDataset[Batch]):
+    """Endless training batches exactly as engine.training.batches makes them (the same
+    objective, mix and canvas groups as the CPU recipe); each DataLoader worker builds
+    whole batches with its own seed."""
 
     def __init__(self, tok: Tokenizer, texts: list[str], cfg: TrainConfig, seed: int) -> None:
         self.tok = tok
         self.texts = texts
-        self.cum = list(accumulate(len(t) for t in texts))  # files drawn by size
-        self.ctx_len = cfg.context_tokens
-        self.canvas_len = cfg.canvas_tokens
-        self.batch_size = cfg.batch_size
+        self.cfg = cfg
         self.seed = seed
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    def __iter__(self) -> Iterator[Batch]:
         info = get_worker_info()
         rng = random.Random(self.seed * 1000 + (info.id if info is not None else 0) + 1)
-        total = self.cum[-1]
-        pad = self.tok.special.pad
-        p = self.ctx_len
+        draw = text_sampler(self.texts, rng)
         while True:
-            ctx = torch.full((self.batch_size, p), pad, dtype=torch.long)
-            valid = torch.zeros((self.batch_size, p), dtype=torch.bool)
-            tgt = torch.empty((self.batch_size, self.canvas_len), dtype=torch.long)
-            i = 0
-            while i < self.batch_size:
-                text = self.texts[min(bisect(self.cum, rng.random() * total), len(self.texts) - 1)]
-                ex = make_example(self.tok, text, rng, p, self.canvas_len)
-                if ex is None:
-                    continue
-                c, t = ex
-                ctx[i, p - len(c) :] = torch.tensor(c, dtype=torch.long)
-                valid[i, p - len(c) :] = True
-                tgt[i] = torch.tensor(t, dtype=torch.long)
-                i += 1
-            yield ctx, valid, tgt
+            yield make_batch(self.tok, draw, self.cfg, rng)
 
 
 def make_loader(
     tok: Tokenizer, texts: list[str], cfg: TrainConfig, workers: int, prefetch: int, pin: bool
-) -> DataLoader[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+) -> DataLoader[Batch]:
     extra: dict[str, Any] = {}
     if workers > 0:
         extra = {"prefetch_factor": prefetch, "persistent_workers": True}

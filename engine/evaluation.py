@@ -14,9 +14,12 @@ Per kind: exact match (the fill equals the removed middle, trailing whitespace i
 syntax validity (prefix + fill + suffix has no more tree-sitter errors than the file as
 written: engine.syntax.parses_no_worse), steps and canvas tokens per fill, p50 and p95
 latency (encode + denoise; the cache is cleared before every fill, so each one is cold),
-and for function_body pass@1. The same tasks run again with the one-token-per-step
-left-to-right baseline on the same weights (`baseline`), so the speed/quality trade-off
-is one table (`markdown_table`).
+and for function_body pass@1; the share of non-empty fills (every task's middle is
+non-empty) and the syntax validity that counts an empty fill as a failure. The same
+tasks run again with the one-token-per-step baseline on the same weights (`baseline`:
+the autoregressive mode when the model has one, else left to right on the canvas), and
+an empty middle gives the floor (`empty`), so the speed/quality trade-off is one table
+(`markdown_table`).
 
 The fill is the model's raw top candidate (no syntax checking or truncation, which would
 hide the model's errors), except that single-line kinds keep its first line, as the
@@ -37,7 +40,7 @@ from typing import Any
 from engine import passk
 from engine.errors import InputError
 from engine.infill import InfillEngine, InfillRequest
-from engine.sampler import SamplerConfig
+from engine.sampler import SamplerConfig, Strategy
 from engine.spans.select import MULTI_LINE_BUDGET, PROSE_BUDGET, SINGLE_LINE_BUDGET
 from engine.syntax import parses_no_worse
 from engine.tasks import TaskKind, cut
@@ -144,6 +147,18 @@ def run_task(
     )
 
 
+def empty_outcome(task: Task) -> Outcome:
+    """What an empty middle scores on a task: the floor every model must beat."""
+    return Outcome(
+        fill="",
+        exact=task.middle.rstrip() == "",
+        syntax_valid=parses_no_worse(task.prefix, task.middle, "", task.suffix),
+        steps=0,
+        tokens=0,
+        ms=0.0,
+    )
+
+
 def _pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, round(q * (len(s) - 1)))]
@@ -160,6 +175,8 @@ def summarize(tasks: list[Task], outcomes: list[Outcome]) -> dict[str, Any]:
         "tasks": n,
         "exact_match": round(sum(o.exact for o in outcomes) / n, 4),
         "syntax_valid": round(sum(checked) / len(checked), 4) if checked else None,
+        "non_empty": round(sum(bool(o.fill.strip()) for o in outcomes) / n, 4),
+        "syntax_valid_non_empty": round(sum(bool(o.fill.strip()) and bool(o.syntax_valid) for o in outcomes) / n, 4),
         "steps_per_fill": round(statistics.mean(steps), 2),
         "tokens_per_fill": round(statistics.mean(o.tokens for o in outcomes), 2),
         "tokens_per_step": round(sum(o.tokens for o in outcomes) / max(1, sum(steps)), 2),
@@ -190,7 +207,8 @@ def evaluate_dir(
     base = sampler or engine.default_sampler()
     rng = random.Random(seed)
     report: dict[str, Any] = {"data": str(data), "files": len(files), "seed": seed}
-    runs: dict[str, dict[str, tuple[list[Task], list[Outcome]]]] = {"diffusion": {}, "baseline": {}}
+    runs: dict[str, dict[str, tuple[list[Task], list[Outcome]]]] = {"diffusion": {}, "baseline": {}, "empty": {}}
+    one_by_one: Strategy = "autoregressive" if engine.den.info.autoregressive else "left_to_right"
 
     def run_kind(kind: str, kind_tasks: list[Task]) -> None:
         runs["diffusion"][kind] = (
@@ -199,10 +217,11 @@ def evaluate_dir(
         )
         if baseline:
             outs = []
-            for t in kind_tasks:  # one token per step left to right: the autoregressive-style baseline
-                l2r = replace(base, strategy="left_to_right", max_steps=t.canvas)
-                outs.append(run_task(engine, t, l2r, False, context_tokens))
+            for t in kind_tasks:  # one token per step: the autoregressive mode, or left to right
+                one = replace(base, strategy=one_by_one, max_steps=t.canvas)
+                outs.append(run_task(engine, t, one, False, context_tokens))
             runs["baseline"][kind] = (kind_tasks, outs)
+        runs["empty"][kind] = (kind_tasks, [empty_outcome(t) for t in kind_tasks])
 
     for kind in kinds:
         run_kind(kind, draw_tasks(engine, texts, kind, tasks, rng, canvas_tokens))
@@ -224,7 +243,7 @@ def evaluate_dir(
     for name, by_kind in runs.items():
         if name == "baseline" and not baseline:
             continue
-        out = report if name == "diffusion" else report.setdefault("baseline", {})
+        out = report if name == "diffusion" else report.setdefault(name, {})
         for kind, (kind_tasks, outcomes) in by_kind.items():
             out[kind] = summarize(kind_tasks, outcomes)
             if kind == "function_body":
@@ -252,7 +271,8 @@ def evaluate_dir(
         "context_tokens": context_tokens or engine.defaults.get("context_tokens"),
         "canvas_tokens": canvas_tokens
         or {"single_line": SINGLE_LINE_BUDGET, "random_span": PROSE_BUDGET, "block_body": MULTI_LINE_BUDGET},
-        "baseline": "left_to_right, one token per step, drafter off" if baseline else None,
+        "baseline": f"{one_by_one}, one token per step, drafter off" if baseline else None,
+        "empty": "an empty middle: the floor",
         "doctest_timeout_s": timeout,
     }
     return report
@@ -263,19 +283,26 @@ def _cell(value: Any, fmt: str) -> str:
 
 
 def markdown_table(report: dict[str, Any]) -> str:
-    """Rows kind x {diffusion, baseline}; columns EM, syntax-valid, pass@1, steps, p50 ms."""
+    """Rows kind x {diffusion, baseline, empty}; columns EM, non-empty, syntax-valid (and
+    counting empty fills as failures), pass@1, steps, p50 ms."""
     lines = [
-        "| kind | decoding | tasks | EM | syntax-valid | pass@1 | steps/fill | p50 ms |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| kind | decoding | tasks | EM | non-empty | syntax-valid | valid & non-empty | pass@1 | steps/fill | p50 ms |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    base_name = str((report.get("setup", {}).get("baseline") or "baseline").split(",")[0])
     for kind in TABLE_KINDS:
-        for name, source in (("diffusion", report), ("baseline", report.get("baseline", {}))):
+        for name, source in (
+            ("diffusion", report),
+            (base_name, report.get("baseline", {})),
+            ("empty middle", report.get("empty", {})),
+        ):
             row = source.get(kind)
             if not row or not row.get("tasks"):
                 continue
             lines.append(
                 f"| {kind} | {name} | {row['tasks']} | {_cell(row['exact_match'], '.1%')} "
-                f"| {_cell(row['syntax_valid'], '.1%')} | {_cell(row.get('pass_at_1'), '.1%')} "
+                f"| {_cell(row.get('non_empty'), '.1%')} | {_cell(row['syntax_valid'], '.1%')} "
+                f"| {_cell(row.get('syntax_valid_non_empty'), '.1%')} | {_cell(row.get('pass_at_1'), '.1%')} "
                 f"| {row['steps_per_fill']:.1f} | {row['p50_ms']:.0f} |"
             )
     return "\n".join(lines) + "\n"

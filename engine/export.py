@@ -1,4 +1,8 @@
-"""ONNX export of the embedded model: one graph to encode context, one denoising step."""
+"""ONNX export of the embedded model: one graph to encode context, one denoising step.
+
+encode.onnx also gives the next-token logits of the new tokens from `logits_from` on
+(the autoregressive mode); graphs exported before it had no such output, and the onnx
+backend then reports the model as not autoregressive."""
 
 from __future__ import annotations
 
@@ -21,9 +25,9 @@ class _Encode(nn.Module):
         self.model = model
 
     def forward(
-        self, input_ids: torch.Tensor, past_keys: torch.Tensor, past_values: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.model.encode(input_ids, past_keys, past_values)
+        self, input_ids: torch.Tensor, past_keys: torch.Tensor, past_values: torch.Tensor, logits_from: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        return self.model.encode(input_ids, past_keys, past_values, logits_from)
 
 
 class _Denoise(nn.Module):
@@ -48,16 +52,17 @@ def export_onnx(model: DiffusionCoder, out_dir: Path) -> tuple[Path, Path]:
         warnings.simplefilter("ignore")
         torch.onnx.export(
             _Encode(model),
-            (torch.ones(1, 3, dtype=torch.long), *past),
+            (torch.ones(1, 3, dtype=torch.long), *past, torch.tensor(2, dtype=torch.long)),
             str(enc_path),
-            input_names=["input_ids", "past_keys", "past_values"],
-            output_names=["present_keys", "present_values"],
+            input_names=["input_ids", "past_keys", "past_values", "logits_from"],
+            output_names=["present_keys", "present_values", "logits"],
             dynamic_axes={
                 "input_ids": {1: "new"},
                 "past_keys": kv_axes,
                 "past_values": kv_axes,
                 "present_keys": {3: "total"},
                 "present_values": {3: "total"},
+                "logits": {1: "scored"},
             },
             opset_version=OPSET,
             dynamo=False,

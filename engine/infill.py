@@ -25,7 +25,16 @@ import numpy as np
 from engine import drafter
 from engine.cache import DEFAULT_MAX_BYTES, ContextCache
 from engine.modeldir import LoadedModel
-from engine.sampler import SamplerConfig, StepView, initial_canvas, log_softmax, run, to_numpy
+from engine.sampler import (
+    SamplerConfig,
+    StepView,
+    initial_canvas,
+    log_softmax,
+    run,
+    run_autoregressive,
+    sequence_logprob,
+    to_numpy,
+)
 from engine.syntax import check_candidates
 
 log = logging.getLogger(__name__)
@@ -72,6 +81,7 @@ class InfillRequest:
     )
     document: Any | None = None  # the caller's spans.Document of prefix + suffix, if it keeps one
     replaced: str = ""  # the text the fill takes the place of (a hole marker, a selection), for validation
+    min_tokens: int | None = None  # None: 1 on a blank line (a line is wanted there), else 0
 
 
 @dataclass
@@ -80,6 +90,7 @@ class Candidate:
     token_ids: list[int]
     confidence: list[float]  # per token, probability when chosen
     syntax: str = "unchecked"  # "ok", "truncated" (cut to parse), or "unchecked" (no grammar)
+    logprob: float | None = None  # mean log-likelihood per token (end-of-fill included) in the AR mode
 
     @property
     def mean_confidence(self) -> float:
@@ -313,20 +324,42 @@ class InfillEngine:
                 cb(view.step, [self._decode_row(r)[0] for r in rows])
 
         # 5. sample
-        result = run(
-            self.den,
-            state,
-            canvas,
-            cfg,
-            rng,
-            fixed=fixed,
-            draft=self.den.as_array(draft_mask) if proposal else None,
-            greedy_rows=self.den.as_array(greedy_rows),
-            row_temperature=row_temperature,
-            deadline=req.deadline,
-            cancel=req.cancel,
-            on_step=on_step,
-        )
+        min_tokens = req.min_tokens if req.min_tokens is not None else int(on_blank_line(req.prefix, req.suffix))
+        if min_tokens != cfg.min_tokens:
+            cfg = replace(cfg, min_tokens=min_tokens)
+        ar = self.den.info.autoregressive
+        if cfg.strategy == "autoregressive" and not ar:
+            warnings.append("this model has no autoregressive mode; decoding left to right on the canvas")
+            cfg = replace(cfg, strategy="left_to_right")
+        if cfg.strategy == "autoregressive" and req.refine is None:
+            result = run_autoregressive(
+                self.den,
+                state,
+                c,
+                cfg,
+                rng,
+                batch=b,
+                greedy_rows=self.den.as_array(greedy_rows),
+                row_temperature=row_temperature,
+                deadline=req.deadline,
+                cancel=req.cancel,
+                on_step=on_step,
+            )
+        else:
+            result = run(
+                self.den,
+                state,
+                canvas,
+                replace(cfg, strategy="left_to_right") if cfg.strategy == "autoregressive" else cfg,
+                rng,
+                fixed=fixed,
+                draft=self.den.as_array(draft_mask) if proposal else None,
+                greedy_rows=self.den.as_array(greedy_rows),
+                row_temperature=row_temperature,
+                deadline=req.deadline,
+                cancel=req.cancel,
+                on_step=on_step,
+            )
         t2 = time.perf_counter()
 
         # 6. decode and rank
@@ -340,7 +373,17 @@ class InfillEngine:
             cands.append(
                 Candidate(text=text, token_ids=[int(t) for t in row[:n]], confidence=[float(x) for x in conf[:n]])
             )
-        first, rest = cands[:1], sorted(cands[1:], key=lambda k: -k.mean_confidence)
+        if ar and len(cands) > 1:
+            # alternatives ranked by the likelihood the same weights give them, decoding
+            # one token at a time (a sharper judge than the canvas's own confidence)
+            sp = self.tok.special
+            for k in cands:
+                lp, n = sequence_logprob(self.den, state, k.token_ids, sp.eof)
+                k.logprob = lp / n
+        first, rest = (
+            cands[:1],
+            sorted(cands[1:], key=lambda k: -(k.logprob if k.logprob is not None else np.log(k.mean_confidence))),
+        )
         ranked = [replace(k, text=fit_indent(req.prefix, k.text)) for k in first + rest]
         if req.check_syntax and req.language:
             replaced = req.refine if req.refine is not None else req.replaced
@@ -384,6 +427,15 @@ class InfillEngine:
         ids = [int(t) for t in row]
         n = next((i for i, t in enumerate(ids) if t in (sp.eof, sp.pad)), len(ids))
         return self.tok.decode([t for t in ids[:n] if t != sp.mask]), n
+
+
+def on_blank_line(prefix: str, suffix: str) -> bool:
+    """The cursor is on a line holding nothing but indentation: the user is about to
+    write a line, so an empty fill is no answer there."""
+    line_start = max(prefix.rfind("\n"), prefix.rfind("\r")) + 1
+    ends = [i for i in (suffix.find("\n"), suffix.find("\r")) if i >= 0]
+    rest = suffix[: min(ends)] if ends else suffix
+    return not prefix[line_start:].strip(" \t") and not rest.strip(" \t")
 
 
 def fit_indent(prefix: str, fill: str) -> str:

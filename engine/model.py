@@ -9,8 +9,10 @@ decoder do):
 - `denoise`: the canvas only, bidirectionally over itself and attending to the whole
   cached context. Each denoising step costs C tokens, never P + C.
 
-`forward_train` runs both at once over [context; canvas] with the equivalent attention
-mask, which is how the model is trained.
+`forward_dual` runs both at once over [context; canvas; middle] with the equivalent
+attention mask, which is how the model is trained: a next-token loss on the context
+stream and the middle after it (so the same weights also decode one token at a time,
+through `encode`), a diffusion loss on the canvas.
 """
 
 from __future__ import annotations
@@ -114,9 +116,17 @@ class DiffusionCoder(nn.Module):
         return torch.einsum("bcd,vd->bcv", self.norm(x), self.embed.weight)  # tied output head
 
     def encode(
-        self, input_ids: torch.Tensor, past_keys: torch.Tensor, past_values: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """input_ids (1, T); past (L, 1, H, P, D) -> present (L, 1, H, P+T, D)."""
+        self,
+        input_ids: torch.Tensor,
+        past_keys: torch.Tensor,
+        past_values: torch.Tensor,
+        logits_from: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, ...]:
+        """input_ids (1, T); past (L, 1, H, P, D) -> present (L, 1, H, P+T, D).
+
+        With ``logits_from`` (an int64 scalar tensor s, 0 <= s < T) also the next-token
+        logits of new tokens s..T-1, (1, T - s, V): the autoregressive mode of the same
+        weights (T - 1 for the next token only; 0 to score a whole continuation)."""
         p, t = past_keys.shape[3], input_ids.shape[1]
         positions = torch.arange(t, device=input_ids.device, dtype=torch.float32) + p
         # new token i sees every cached token and new tokens j <= i
@@ -132,7 +142,11 @@ class DiffusionCoder(nn.Module):
             keys.append(k)
             values.append(v)
             x = layer.finish(x, attend(q, k, v, mask))
-        return torch.stack(keys), torch.stack(values)
+        if logits_from is None:
+            return torch.stack(keys), torch.stack(values)
+        rows = torch.arange(t, device=input_ids.device)
+        picked = torch.index_select(x, 1, rows[rows >= logits_from])  # (1, T - s, d)
+        return torch.stack(keys), torch.stack(values), self.logits(picked)
 
     def denoise(self, canvas_ids: torch.Tensor, ctx_keys: torch.Tensor, ctx_values: torch.Tensor) -> torch.Tensor:
         """canvas_ids (B, C); context (L, 1, H, P, D) -> logits (B, C, V)."""
@@ -153,23 +167,68 @@ class DiffusionCoder(nn.Module):
 
         ctx_ids (B, P) left-padded; ctx_valid (B, P) bool; canvas_ids (B, C) -> (B, C, V).
         """
+        canvas_logits, _ = self.forward_dual(ctx_ids, ctx_valid, canvas_ids)
+        return canvas_logits
+
+    def forward_dual(
+        self,
+        ctx_ids: torch.Tensor,
+        ctx_valid: torch.Tensor,
+        canvas_ids: torch.Tensor,
+        mid_ids: torch.Tensor | None = None,
+        mid_valid: torch.Tensor | None = None,
+        ar_select: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The training pass of both uses of the weights at once (every computed token
+        supervised): the causal context stream, the canvas, and the middle continuing
+        the context stream after the middle marker, in one sequence
+
+            [context (P, left-padded) ; canvas (C) ; middle (M, right-padded)]
+
+        with positions [0..P-1, P..P+C-1, P..P+M-1]: canvas and middle both follow the
+        context, as they do at inference (denoise, and autoregressive decoding through
+        encode). The context is causal; the canvas sees the context and itself (never
+        the middle, or it would learn to copy the answer); the middle sees the context
+        and itself causally (never the canvas).
+
+        Returns the canvas logits (B, C, V) and, when ``ar_select`` (B, P+C+M) bool is
+        given, the logits of the selected positions only (N, V) for the next-token loss:
+        padding and the canvas are never projected onto the vocabulary for nothing.
+        """
         b, p = ctx_ids.shape
         c = canvas_ids.shape[1]
         dev = ctx_ids.device
-        x = self.embed(torch.cat((ctx_ids, canvas_ids), dim=1))  # (B, P+C, d)
-        positions = torch.arange(p + c, device=dev, dtype=torch.float32)
-        allowed = torch.zeros(p + c, p + c, dtype=torch.bool, device=dev)
+        if mid_ids is None:
+            mid_ids = ctx_ids.new_zeros((b, 0))
+            mid_valid = ctx_valid.new_zeros((b, 0))
+        assert mid_valid is not None
+        m = mid_ids.shape[1]
+        t = p + c + m
+        x = self.embed(torch.cat((ctx_ids, canvas_ids, mid_ids), dim=1))  # (B, T, d)
+        positions = torch.cat(
+            (
+                torch.arange(p + c, device=dev, dtype=torch.float32),
+                torch.arange(m, device=dev, dtype=torch.float32) + p,
+            )
+        )
+        allowed = torch.zeros(t, t, dtype=torch.bool, device=dev)
         allowed[:p, :p] = torch.ones(p, p, dtype=torch.bool, device=dev).tril()  # context: causal
-        allowed[p:, :] = True  # canvas: all context and all canvas
-        key_valid = torch.cat((ctx_valid, torch.ones(b, c, dtype=torch.bool, device=dev)), dim=1)  # (B, P+C)
-        mask = allowed[None, None] & key_valid[:, None, None, :]  # (B, 1, P+C, P+C)
-        # a padded context row sees nothing; let it see itself so softmax stays finite
-        mask = mask | torch.eye(p + c, dtype=torch.bool, device=dev)[None, None]
+        allowed[p : p + c, : p + c] = True  # canvas: all context and all canvas
+        allowed[p + c :, :p] = True  # middle: all context ...
+        allowed[p + c :, p + c :] = torch.ones(m, m, dtype=torch.bool, device=dev).tril()  # ... and itself, causally
+        key_valid = torch.cat((ctx_valid, torch.ones(b, c, dtype=torch.bool, device=dev), mid_valid), dim=1)
+        mask = allowed[None, None] & key_valid[:, None, None, :]  # (B, 1, T, T)
+        # a padded row sees nothing; let it see itself so softmax stays finite
+        mask = mask | torch.eye(t, dtype=torch.bool, device=dev)[None, None]
         for layer in self.layers:
             assert isinstance(layer, Block)
             q, k, v = layer.qkv_heads(x, positions)
             x = layer.finish(x, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
-        return self.logits(x[:, p:])
+        canvas_logits = self.logits(x[:, p : p + c])
+        if ar_select is None:
+            return canvas_logits, None
+        picked = self.norm(x[ar_select])  # (N, d)
+        return canvas_logits, picked @ self.embed.weight.T
 
     def empty_cache(self, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         cfg = self.cfg

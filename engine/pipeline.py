@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import logging
+import signal
 import sys
 import sysconfig
 import time
@@ -11,7 +13,18 @@ from pathlib import Path
 from engine.corpus import DATA_MANIFEST, MANIFEST, data_manifest, read_manifest
 from engine.modeldir import save_model_dir
 from engine.tokenizer import train_tokenizer
-from engine.training import TrainConfig, load_recipe, read_corpus, recipe_json, train
+from engine.training import (
+    STATE_JSON,
+    TrainConfig,
+    TrainState,
+    load_recipe,
+    load_state,
+    read_corpus,
+    recipe_json,
+    save_state,
+    tokenizer_sample,
+    train,
+)
 
 log = logging.getLogger(__name__)
 
@@ -34,31 +47,99 @@ def resolve_corpus(entries: list[str]) -> list[str]:
     return [sysconfig.get_paths()["stdlib"] if e == "stdlib" else e for e in entries]
 
 
-def run_training(recipe: Path, out: Path, resume: Path | None = None) -> dict[str, float]:
+def run_training(
+    recipe: Path,
+    out: Path | None,
+    resume: Path | None = None,
+    state_dir: Path | None = None,
+    minutes: float | None = None,
+    cooldown_minutes: float | None = None,
+    threads: int | None = None,
+) -> dict[str, float]:
+    """Train from a recipe and write a model directory to `out`.
+
+    With `state_dir` (wsd recipes) training adds up over runs: the TrainState there is
+    continued (or started, tokenizer included, when the directory is empty), checkpointed
+    every ``checkpoint_every_s`` and when the run ends or gets SIGTERM/SIGINT; then, if a
+    cool-down is asked for, a copy of it is cooled down and written to `out`, leaving the
+    trunk in `state_dir` for the next run. `minutes` / `cooldown_minutes` override the
+    recipe's time_limit_s / cooldown_s; `out` None with a state writes no model."""
     cfg: TrainConfig = load_recipe(recipe)
+    if minutes is not None:
+        cfg.time_limit_s = minutes * 60
+    if cooldown_minutes is not None:
+        cfg.cooldown_s = cooldown_minutes * 60
+    if threads is not None:
+        cfg.threads = threads
     dirs = resolve_corpus(cfg.corpus)
     train_texts, held = read_corpus(dirs, cfg.holdout)
     log.info("corpus: %d training files, %d held out", len(train_texts), len(held))
     if not train_texts:
         raise ValueError(f"no training files found under {', '.join(dirs)}")
     model = None
-    if resume is not None:  # continue from a model directory: its weights and tokenizer
+    state: TrainState | None = None
+    if state_dir is not None and (state_dir / STATE_JSON).is_file():
+        state, tok = load_state(state_dir, cfg)
+        log.info("continuing %s at step %d (%d tokens)", state_dir, state.step, state.tokens)
+    elif resume is not None:  # continue from a model directory: its weights and tokenizer
         from engine.modeldir import load_model
 
         loaded = load_model(resume, backend="torch")
         model = loaded.denoiser.model  # type: ignore[attr-defined]
         tok = loaded.tokenizer
     else:
-        tok = train_tokenizer(train_texts, cfg.vocab_size)
+        tok = train_tokenizer(tokenizer_sample(train_texts, cfg.tokenizer_sample_mb, cfg.seed), cfg.vocab_size)
     t0 = time.monotonic()
 
     def progress(step: int, loss: float, held_loss: float | None) -> None:
-        if step % 20 == 0 or step == cfg.steps:
+        if step % 20 == 0:
             extra = f" held-out {held_loss:.3f}" if held_loss is not None else ""
-            sys.stderr.write(f"\rstep {step}/{cfg.steps} loss {loss:.3f}{extra} {time.monotonic() - t0:.0f}s")
+            sys.stderr.write(f"step {step}/{cfg.steps} loss {loss:.3f}{extra} {time.monotonic() - t0:.0f}s\n")
             sys.stderr.flush()
 
-    model, summary = train(cfg, tok, train_texts, held, resume=model, progress=progress)
+    stop = {"now": False}
+    if state_dir is not None:
+
+        def on_signal(signum: int, frame: object) -> None:
+            stop["now"] = True
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, on_signal)
+
+    def checkpoint(st: TrainState) -> None:
+        assert state_dir is not None
+        save_state(state_dir, st, tok, cfg)
+        log.info("checkpoint: step %d, %d tokens", st.step, st.tokens)
+
+    summary: dict[str, float] = {}
+    if state_dir is None or cfg.time_limit_s > 0 or cfg.schedule != "wsd":
+        trained, summary = train(
+            cfg,
+            tok,
+            train_texts,
+            held,
+            resume=model,
+            progress=progress,
+            state=state,
+            on_checkpoint=checkpoint if state_dir is not None else None,
+            should_stop=lambda: stop["now"],
+        )
+        if state is None and state_dir is not None:
+            state, tok = load_state(state_dir, cfg)
+        model = trained
+    elif state is None:
+        raise ValueError(f"{state_dir} holds no training state to cool down")
+    if state_dir is not None and cfg.schedule == "wsd":
+        assert state is not None
+        if cfg.cooldown_s <= 0 or out is None or stop["now"]:
+            return summary
+        trunk = copy.deepcopy(state)  # the cool-down never touches the trunk
+        model, summary = train(cfg, tok, train_texts, held, state=trunk, phase="cooldown", progress=progress)
+        summary["trunk_step"] = state.step
+    if out is None:
+        return summary
+    assert model is not None
+    model = model.cpu().eval()  # export and safetensors expect CPU weights
     sys.stderr.write("\n")
     n_params = sum(p.numel() for p in model.parameters())
     corpora = [Path(d) for d in dirs if (Path(d) / MANIFEST).is_file()]

@@ -38,8 +38,8 @@ import numpy as np
 
 from engine.denoisers.base import Denoiser, EncodedContext, RandomSource
 
-Strategy = Literal["entropy_bound", "confidence", "fixed_k", "left_to_right"]
-STRATEGIES: tuple[Strategy, ...] = ("entropy_bound", "confidence", "fixed_k", "left_to_right")
+Strategy = Literal["entropy_bound", "confidence", "fixed_k", "left_to_right", "autoregressive"]
+STRATEGIES: tuple[Strategy, ...] = ("entropy_bound", "confidence", "fixed_k", "left_to_right", "autoregressive")
 StopReason = Literal["complete", "stable", "max_steps", "deadline", "cancelled"]
 
 # An entropy larger than any real one (log V < 13 for V = 262,144): marks positions
@@ -63,6 +63,7 @@ class SamplerConfig:
     stop_entropy: float = 0.005  # ... while the mean entropy is below this, to stop early
     draft_confidence: float = 0.5  # a drafted token is kept if the model's argmax agrees this surely
     end_confidence: float = 0.9  # absorbing: lock padding at the leftmost position this sure of it
+    min_tokens: int = 0  # the fill has at least this many tokens (end-of-fill and padding barred before)
     seed: int | None = None
 
     def __post_init__(self) -> None:
@@ -80,6 +81,8 @@ class SamplerConfig:
             raise ValueError(f"need 0 < t_min <= t_max; got t_min={self.t_min}, t_max={self.t_max}")
         if self.stability_threshold < 0:
             raise ValueError(f"stability_threshold must be >= 0; got {self.stability_threshold}")
+        if self.min_tokens < 0:
+            raise ValueError(f"min_tokens must be >= 0; got {self.min_tokens}")
 
     def temperature(self, remaining: int) -> float:
         """Linear schedule as transformers' LinearTemperatureScheduleLogitsProcessor:
@@ -277,6 +280,8 @@ def run(
     deadline: time.monotonic() value after which the loop stops with what it has.
     cancel: checked between steps; True stops the loop.
     """
+    if cfg.strategy == "autoregressive":
+        raise ValueError("the autoregressive strategy decodes through run_autoregressive, not a canvas")
     info = denoiser.info
     xp = array_api_compat.array_namespace(canvas)
     dev = array_api_compat.device(canvas)
@@ -302,6 +307,12 @@ def run(
         suppress = xp.zeros((info.vocab_size,), dtype=xp.bool, device=dev)
         for tok in info.suppress_ids:
             suppress = xp.logical_or(suppress, vocab == tok)
+    too_short = None  # (1, C, V): end-of-fill and padding, at positions before min_tokens
+    if cfg.min_tokens > 0:
+        vocab = xp.arange(info.vocab_size, device=dev)
+        ends = xp.logical_or(vocab == info.eof_id, vocab == info.pad_id)  # (V,)
+        early = xp.arange(c, device=dev) < min(cfg.min_tokens, c - 1)  # (C,)
+        too_short = xp.logical_and(early[None, :, None], ends[None, None, :])
     reason: StopReason = "max_steps"
     steps = 0
     for step in range(cfg.max_steps):
@@ -321,6 +332,8 @@ def run(
         proc = logits / temp if row_temperature is None else logits / (row_temperature * temp)
         if suppress is not None:
             proc = xp.where(suppress, xp.asarray(-1.0e30, dtype=proc.dtype, device=dev), proc)
+        if too_short is not None:
+            proc = xp.where(too_short, xp.asarray(-1.0e30, dtype=proc.dtype, device=dev), proc)
         logp = log_softmax(proc)  # (B, C, V) float32
         ent = entropy(logp)  # (B, C)
         new_argmax = xp.argmax(proc, axis=-1)
@@ -405,3 +418,89 @@ def run(
         stop_reason=reason,
         row_steps=[int(v) for v in to_numpy(row_steps)],
     )
+
+
+def run_autoregressive(
+    denoiser: Any,
+    state: EncodedContext,
+    length: int,
+    cfg: SamplerConfig,
+    rng: RandomSource,
+    *,
+    batch: int = 1,
+    greedy_rows: Any | None = None,
+    row_temperature: Any | None = None,
+    deadline: float | None = None,
+    cancel: Callable[[], bool] | None = None,
+    on_step: Callable[[StepView], None] | None = None,
+) -> SampleResult:
+    """The autoregressive mode: each row decoded one token at a time through the causal
+    context encoder (`denoiser` is also an `Autoregressive`), until end-of-fill or
+    `length` tokens. The result has the canvas's shape, (B, length): the fill, then
+    end-of-fill and padding, so everything above the sampler treats it like a canvas.
+    Rows are decoded one after the other (the encoder runs one sequence at a time);
+    `steps` counts the tokens decoded by all rows, end-of-fill included (one position
+    of a forward pass each; the first comes with encoding the context). Temperature, greedy rows, min_tokens,
+    deadline and cancel mean what they do in `run`."""
+    info = denoiser.info
+    tokens = np.full((batch, length), info.pad_id, dtype=np.int64)
+    confidence = np.ones((batch, length), dtype=np.float32)
+    temps = np.ones(batch, dtype=np.float32) if row_temperature is None else to_numpy(row_temperature).reshape(-1)
+    greedy = np.zeros(batch, dtype=bool) if greedy_rows is None else to_numpy(greedy_rows).reshape(-1)
+    barred = np.zeros(info.vocab_size, dtype=bool)
+    barred[list(info.suppress_ids)] = True
+    if info.mask_id is not None:
+        barred[info.mask_id] = True
+    steps = 0
+    row_steps = [0] * batch
+    reason: StopReason = "complete"
+    temp = cfg.temperature(cfg.max_steps)  # one token at a time has no step schedule: the first step's
+    for r in range(batch):
+        st = state
+        logits = to_numpy(denoiser.next_logits(st)).astype(np.float32)
+        steps += 1  # the first token's logits came with the context's last position
+        row_steps[r] += 1
+        for i in range(length):
+            if (cancel is not None and cancel()) or (deadline is not None and time.monotonic() >= deadline):
+                reason = "cancelled" if cancel is not None and cancel() else "deadline"
+                break
+            proc = np.where(barred, -1.0e30, logits / (temp * float(temps[r])))
+            if i < cfg.min_tokens:
+                proc[[info.eof_id, info.pad_id]] = -1.0e30
+            probs = to_numpy(softmax(proc))
+            if cfg.greedy or greedy[r]:
+                tok = int(np.argmax(proc))
+            else:
+                tok = int(to_numpy(rng.categorical(denoiser.as_array(probs[None, None])))[0, 0])
+            confidence[r, i] = float(probs[tok])
+            if tok in (info.eof_id, info.pad_id):
+                tokens[r, i] = info.eof_id
+                break
+            tokens[r, i] = tok
+            if i == length - 1:
+                break
+            st, out = denoiser.extend(st, [tok])
+            logits = to_numpy(out[-1]).astype(np.float32)
+            steps += 1
+            row_steps[r] += 1
+            if on_step is not None:
+                view = denoiser.as_array(tokens)
+                on_step(StepView(step=steps - 1, argmax_canvas=view, canvas=view))
+        if reason != "complete":
+            break
+    return SampleResult(
+        tokens=tokens, confidence=confidence, steps=max(steps, 1), stop_reason=reason, row_steps=row_steps
+    )
+
+
+def sequence_logprob(denoiser: Any, state: EncodedContext, token_ids: list[int], eof_id: int) -> tuple[float, int]:
+    """(log-likelihood, tokens scored) of `token_ids` then end-of-fill after `state`,
+    teacher-forced in one pass of the causal encoder (the autoregressive mode)."""
+    first = log_softmax(to_numpy(denoiser.next_logits(state)).astype(np.float32))
+    seq = [*token_ids, eof_id]
+    total = float(first[seq[0]])
+    if token_ids:
+        _, out = denoiser.extend(state, token_ids)
+        logp = log_softmax(to_numpy(out).astype(np.float32))  # (T, V): row i predicts seq[i + 1]
+        total += float(np.sum(logp[np.arange(len(token_ids)), seq[1:]]))
+    return total, len(seq)

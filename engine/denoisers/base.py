@@ -30,6 +30,7 @@ class DenoiserInfo:
     max_positions: int  # context + canvas must fit
     uses_self_conditioning: bool = False  # denoise() wants the previous step's logits
     suppress_ids: tuple[int, ...] = ()  # never sampled (mask, context sentinels)
+    autoregressive: bool = False  # the backend also decodes one token at a time (Autoregressive)
 
 
 @dataclass
@@ -83,6 +84,22 @@ class Denoiser(Protocol):
 
     def random_source(self, seed: int | None) -> RandomSource:
         """The random number source for sampling on this backend's device."""
+        ...
+
+
+@runtime_checkable
+class Autoregressive(Protocol):
+    """The same weights decoding one token at a time through the causal context encoder
+    (the embedded model is trained for it; DiffusionGemma can do it too). A backend
+    offers it when `info.autoregressive` is true."""
+
+    def next_logits(self, state: EncodedContext) -> Any:
+        """(V,) logits of the token after the state's last one."""
+        ...
+
+    def extend(self, state: EncodedContext, new_ids: Sequence[int]) -> tuple[EncodedContext, Any]:
+        """The state with `new_ids` appended, and the next-token logits after each new
+        token (T, V). Never mutates `state`."""
         ...
 
 

@@ -23,7 +23,9 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class KVDenoiser(ABC):
-    """Base of the embedded-model backends: payload is (keys, values), each (L, 1, H, P, D)."""
+    """Base of the embedded-model backends: payload is (keys, values, next_logits): keys
+    and values (L, 1, H, P, D), and the next-token logits (V,) after the last context
+    token when the model has the autoregressive mode (`info.autoregressive`), else None."""
 
     info: DenoiserInfo
 
@@ -31,8 +33,9 @@ class KVDenoiser(ABC):
     def _empty(self) -> tuple[Any, Any]: ...
 
     @abstractmethod
-    def _encode(self, new_ids: Sequence[int], keys: Any, values: Any) -> tuple[Any, Any]:
-        """Run the context encoder over new_ids after the cached (keys, values)."""
+    def _encode(self, new_ids: Sequence[int], keys: Any, values: Any, logits_from: int | None) -> tuple[Any, ...]:
+        """Run the context encoder over new_ids after the cached (keys, values); with
+        `logits_from`, also return the next-token logits of new_ids[logits_from:] (T', V)."""
 
     @abstractmethod
     def _denoise(self, canvas_ids: Any, keys: Any, values: Any) -> Any: ...
@@ -42,17 +45,47 @@ class KVDenoiser(ABC):
 
     def encode(self, context_ids: Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
         ids = tuple(int(i) for i in context_ids)
+        ar = self.info.autoregressive
         if state is not None:
             keep = common_prefix_len(state.token_ids, ids)
-            keys, values = state.payload
+            keys, values, next_logits = state.payload
+            if ar and keep == len(ids) and keep < len(state.token_ids):
+                keep -= 1  # the cached logits are those after a later token: run the last one again
             keys, values = keys[:, :, :, :keep], values[:, :, :, :keep]
         else:
             keep = 0
             keys, values = self._empty()
+            next_logits = None
         if keep < len(ids):
-            keys, values = self._encode(ids[keep:], keys, values)
-        return EncodedContext(token_ids=ids, payload=(keys, values), nbytes=2 * self._nbytes(keys))
+            n = len(ids) - keep
+            out = self._encode(ids[keep:], keys, values, n - 1 if ar else None)
+            keys, values = out[0], out[1]
+            next_logits = out[2][0, -1] if ar else None
+        return EncodedContext(token_ids=ids, payload=(keys, values, next_logits), nbytes=2 * self._nbytes(keys))
 
     def denoise(self, state: EncodedContext, canvas_ids: Any, self_cond: Any | None = None) -> Any:
-        keys, values = state.payload
+        keys, values, _ = state.payload
         return self._denoise(canvas_ids, keys, values)
+
+    # ------------------------------------------------ the autoregressive mode (Autoregressive)
+
+    def next_logits(self, state: EncodedContext) -> Any:
+        """(V,) next-token logits after the state's last token."""
+        if not self.info.autoregressive:
+            raise NotImplementedError("this model has no autoregressive mode (export it again)")
+        logits = state.payload[2]
+        if logits is None:  # an empty context: nothing predicts the first token
+            raise ValueError("an empty context has no next-token logits")
+        return logits
+
+    def extend(self, state: EncodedContext, new_ids: Sequence[int]) -> tuple[EncodedContext, Any]:
+        """`state` followed by `new_ids` (at least one), and the next-token logits after
+        each of them, (T, V): row i predicts the token after new_ids[i]."""
+        if not self.info.autoregressive:
+            raise NotImplementedError("this model has no autoregressive mode (export it again)")
+        if not new_ids:
+            raise ValueError("extend needs at least one token")
+        keys, values, _ = state.payload
+        k, v, logits = self._encode(list(new_ids), keys, values, 0)
+        ids = (*state.token_ids, *(int(i) for i in new_ids))
+        return EncodedContext(ids, (k, v, logits[0, -1]), nbytes=2 * self._nbytes(k)), logits[0]

@@ -1,7 +1,9 @@
 """The default backend: the embedded model's two ONNX graphs run by onnxruntime (no torch).
 
-`encode.onnx`: input_ids (1, T), past_keys/past_values (L, 1, H, P, D)
-               -> present_keys/present_values (L, 1, H, P+T, D)
+`encode.onnx`: input_ids (1, T), past_keys/past_values (L, 1, H, P, D), logits_from ()
+               -> present_keys/present_values (L, 1, H, P+T, D), logits (1, T - logits_from, V)
+               (graphs exported before the autoregressive mode have neither logits_from
+               nor logits: the model then has no autoregressive mode)
 `denoise.onnx`: canvas_ids (B, C), past_keys/past_values -> logits (B, C, V)
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -62,19 +65,28 @@ class OnnxDenoiser(KVDenoiser):
         self.layers, self.heads, self.head_dim = shape
         self.encoder = _session(encode_path, providers)
         self.denoiser = _session(denoise_path, providers)
+        self.has_logits = "logits" in {o.name for o in self.encoder.get_outputs()}
+        self.info = replace(info, autoregressive=self.has_logits)
 
     def _empty(self) -> tuple[np.ndarray, np.ndarray]:
         z = np.zeros((self.layers, 1, self.heads, 0, self.head_dim), dtype=np.float32)
         return z, z
 
-    def _encode(self, new_ids: Sequence[int], keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _encode(
+        self, new_ids: Sequence[int], keys: np.ndarray, values: np.ndarray, logits_from: int | None
+    ) -> tuple[np.ndarray, ...]:
         feeds = {
             "input_ids": np.asarray([new_ids], dtype=np.int64),
             "past_keys": np.ascontiguousarray(keys),
             "past_values": np.ascontiguousarray(values),
         }
-        k, v = self.encoder.run(["present_keys", "present_values"], feeds)
-        return k, v
+        if not self.has_logits:  # a graph exported before the autoregressive mode
+            k, v = self.encoder.run(["present_keys", "present_values"], feeds)
+            return k, v
+        # the graph always takes logits_from; T - 1 (the last token's) costs one row
+        feeds["logits_from"] = np.asarray(len(new_ids) - 1 if logits_from is None else logits_from, dtype=np.int64)
+        k, v, logits = self.encoder.run(["present_keys", "present_values", "logits"], feeds)
+        return (k, v, logits) if logits_from is not None else (k, v)
 
     def _denoise(self, canvas_ids: np.ndarray, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
         feeds = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -44,16 +45,18 @@ class TorchDenoiser(KVDenoiser):
         self.info = info
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
+        self.info = replace(info, autoregressive=True)
 
     def _empty(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.model.empty_cache(self.device)
 
     @torch.inference_mode()
     def _encode(
-        self, new_ids: Sequence[int], keys: torch.Tensor, values: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self, new_ids: Sequence[int], keys: torch.Tensor, values: torch.Tensor, logits_from: int | None
+    ) -> tuple[torch.Tensor, ...]:
         ids = torch.tensor([list(new_ids)], dtype=torch.long, device=self.device)
-        return self.model.encode(ids, keys, values)
+        start = None if logits_from is None else torch.tensor(logits_from, device=self.device)
+        return self.model.encode(ids, keys, values, start)
 
     @torch.inference_mode()
     def _denoise(self, canvas_ids: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:

@@ -167,6 +167,15 @@ def test_small_eval_report(engine: InfillEngine, data: Path) -> None:
         row = report["baseline"][kind]
         assert row["tokens_per_fill"] <= row["steps_per_fill"] <= row["tokens_per_fill"] + 1
     assert report["setup"]["baseline"] and report["setup"]["canvas_tokens"]["block_body"] == 128
+    one_by_one = "autoregressive" if engine.den.info.autoregressive else "left_to_right"
+    assert report["setup"]["baseline"].startswith(one_by_one)
+    for kind in (*KINDS, "function_body"):  # the floor: an empty middle, no model
+        row = report["empty"][kind]
+        assert row["exact_match"] == 0.0 and row["non_empty"] == 0.0 and row["syntax_valid_non_empty"] == 0.0
+        assert row["steps_per_fill"] == 0
+        for source in (report, report["baseline"]):  # valid & non-empty never exceeds either alone
+            r = source[kind]
+            assert r["syntax_valid_non_empty"] <= min(r["non_empty"], r["syntax_valid"])
     table = markdown_table(report)
-    assert table.count("\n") == 2 + 4 * 2  # header, rule, 4 kinds x {diffusion, baseline}
-    assert "| function_body | baseline | 3 |" in table
+    assert table.count("\n") == 2 + 4 * 3  # header, rule, 4 kinds x {diffusion, baseline, empty}
+    assert f"| function_body | {one_by_one} | 3 |" in table and "| function_body | empty middle | 3 |" in table

@@ -1,0 +1,228 @@
+"""The dual objective (every computed token supervised), the autoregressive mode of the
+same weights, and training state that carries over runs."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from engine.model import DiffusionCoder, ModelConfig
+from engine.modeldir import load_model
+from engine.sampler import SamplerConfig, run_autoregressive, sequence_logprob
+from engine.tokenizer import train_tokenizer
+from engine.training import (
+    Example,
+    TrainConfig,
+    collate,
+    load_state,
+    loss_terms,
+    lr_at,
+    make_batch,
+    save_state,
+    text_sampler,
+    train,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+TEXTS = [p.read_text(encoding="utf-8") for p in sorted((ROOT / "fixtures").rglob("*.py"))]
+
+
+def tiny_model(vocab: int = 300, seed: int = 0) -> DiffusionCoder:
+    torch.manual_seed(seed)
+    return DiffusionCoder(ModelConfig(vocab_size=vocab, d_model=32, n_layers=2, n_heads=2, d_ff=64)).eval()
+
+
+def empty(m: DiffusionCoder) -> tuple[torch.Tensor, torch.Tensor]:
+    return m.empty_cache()
+
+
+@torch.no_grad()
+def test_the_canvas_never_sees_the_middle_stream() -> None:
+    m = tiny_model()
+    ctx = torch.tensor([[0, 0, 3, 11, 12, 4, 13, 14, 5]])
+    canvas = torch.tensor([[2, 2, 9, 2, 2]])
+    mid_valid = torch.tensor([[True, True, True, False]])
+    a, _ = m.forward_dual(ctx, ctx != 0, canvas, torch.tensor([[20, 21, 22, 0]]), mid_valid)
+    b, _ = m.forward_dual(ctx, ctx != 0, canvas, torch.tensor([[30, 31, 32, 0]]), mid_valid)
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    # ... and it is exactly the inference path: encode the context, denoise the canvas
+    k, v = m.encode(ctx[:, 2:], *empty(m))
+    torch.testing.assert_close(a, m.denoise(canvas, k, v), rtol=0, atol=1e-5)
+
+
+@torch.no_grad()
+def test_the_middle_stream_is_the_autoregressive_mode_of_encode() -> None:
+    """Next-token logits of the middle in the training pass equal those of decoding the
+    context and then the middle one token at a time through encode."""
+    m = tiny_model()
+    ctx = torch.tensor([[0, 0, 3, 11, 12, 4, 13, 14, 5]])
+    mid = torch.tensor([[20, 21, 22, 0]])
+    select = torch.zeros(1, 9 + 5 + 4, dtype=torch.bool)
+    select[0, 8] = True  # the middle marker predicts the first middle token
+    select[0, 14:17] = True  # the middle's tokens predict the next one / end-of-fill
+    _, ar = m.forward_dual(ctx, ctx != 0, torch.full((1, 5), 2), mid, mid != 0, select)
+    stream = torch.tensor([[3, 11, 12, 4, 13, 14, 5, 20, 21, 22]])
+    _, _, logits = m.encode(stream, *empty(m), torch.tensor(6))
+    assert ar is not None
+    torch.testing.assert_close(ar, logits[0], rtol=0, atol=1e-5)
+    # a token of the middle is never seen by positions before it
+    _, ar2 = m.forward_dual(ctx, ctx != 0, torch.full((1, 5), 2), torch.tensor([[20, 21, 23, 0]]), mid != 0, select)
+    assert ar2 is not None
+    torch.testing.assert_close(ar2[:3], ar[:3], rtol=0, atol=1e-6)
+    assert not torch.allclose(ar2[3], ar[3])
+
+
+def test_collate_aligns_every_next_token_target() -> None:
+    tok = train_tokenizer(TEXTS, 300)
+    sp = tok.special
+    ex = Example(context=[sp.suffix, 40, 41, sp.prefix, 42, sp.middle], middle=[50, 51])
+    b = collate(tok, [ex], ctx_len=8, canvas_len=4)
+    assert b.ctx[0].tolist() == [sp.pad, sp.pad, *ex.context]
+    assert b.target[0].tolist() == [50, 51, sp.eof, sp.pad]
+    assert b.mid[0].tolist() == [50, 51, sp.pad] and b.mid_valid[0].tolist() == [True, True, False]
+    ar = b.ar_targets[0].tolist()
+    stream = [*ex.context, 50, 51, sp.eof]
+    assert ar[:2] == [-100, -100]  # padding
+    assert ar[2:8] == stream[1:7]  # each context token predicts the next; the marker predicts 50
+    assert ar[8:12] == [-100] * 4  # the canvas has its own loss
+    assert ar[12:15] == [51, sp.eof, -100]  # the middle predicts the rest, then end-of-fill
+
+
+def test_empty_middle_teaches_end_of_fill_at_once() -> None:
+    tok = train_tokenizer(TEXTS, 300)
+    sp = tok.special
+    b = collate(tok, [Example(context=[sp.suffix, sp.prefix, 40, sp.middle], middle=[])], ctx_len=4, canvas_len=3)
+    assert b.ar_targets[0, 3].item() == sp.eof
+    assert b.target[0].tolist() == [sp.eof, sp.pad, sp.pad]
+    assert not b.mid_valid.any()
+
+
+def test_batches_keep_each_group_on_its_canvas() -> None:
+    tok = train_tokenizer(TEXTS, 300)
+    cfg = TrainConfig(
+        context_tokens=64, canvas_tokens=12, long_canvas_tokens=40, long_max_middle_chars=200, batch_size=3
+    )
+    rng = random.Random(0)
+    draw = text_sampler(TEXTS, rng)
+    shapes = {make_batch(tok, draw, cfg, rng).target.shape[1] for _ in range(30)}
+    assert shapes == {12, 40}
+
+
+def test_the_dual_loss_supervises_the_context() -> None:
+    tok = train_tokenizer(TEXTS, 300)
+    cfg = TrainConfig(context_tokens=48, canvas_tokens=12, batch_size=2, ar_loss_weight=1.0)
+    batch = make_batch(tok, text_sampler(TEXTS, random.Random(1)), cfg, random.Random(1))
+    m = tiny_model(tok.vocab_size)
+    canvas, ar = loss_terms(m, batch, tok, cfg, torch.Generator().manual_seed(0))
+    assert ar is not None and torch.isfinite(ar) and torch.isfinite(canvas)
+    only_canvas, none = loss_terms(
+        m, batch, tok, TrainConfig(**{**cfg.__dict__, "ar_loss_weight": 0.0}), torch.Generator().manual_seed(0)
+    )
+    assert none is None
+    torch.testing.assert_close(only_canvas, canvas)
+
+
+def test_wsd_schedule_is_constant_then_cools_down_to_zero() -> None:
+    cfg = TrainConfig(lr=1e-3, warmup=10, schedule="wsd")
+    assert lr_at(cfg, 5, 0.0, "stable") == pytest.approx(5e-4)
+    assert lr_at(cfg, 10, 0.3, "stable") == lr_at(cfg, 100_000, 0.9, "stable") == pytest.approx(1e-3)
+    assert lr_at(cfg, 500, 0.25, "cooldown") == pytest.approx(5e-4)
+    assert lr_at(cfg, 500, 1.0, "cooldown") == 0.0
+
+
+def test_training_state_carries_over_runs(tmp_path: Path) -> None:
+    """Two runs of 4 steps through a saved state equal one run of 8 steps: weights,
+    optimizer moments and counters survive (moments are stored in bfloat16)."""
+    tok = train_tokenizer(TEXTS, 300)
+    base = {
+        "context_tokens": 48,
+        "canvas_tokens": 12,
+        "batch_size": 2,
+        "lr": 1e-3,
+        "warmup": 2,
+        "schedule": "wsd",
+        "ar_loss_weight": 1.0,
+        "model": {"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64},
+        "threads": 1,
+    }
+    saved: list[int] = []
+    cfg4 = TrainConfig(**{**base, "steps": 4})  # type: ignore[arg-type]
+    _, s1 = train(
+        cfg4, tok, TEXTS, [], on_checkpoint=lambda st: (save_state(tmp_path, st, tok, cfg4), saved.append(st.step))
+    )
+    assert saved[-1] == 4 and s1["steps"] == 4
+    cfg8 = TrainConfig(**{**base, "steps": 8})  # type: ignore[arg-type]
+    state, tok2 = load_state(tmp_path, cfg8)
+    assert state.step == 4 and state.tokens == s1["tokens_seen"] and tok2.vocab_size == tok.vocab_size
+    assert all(len(st) == 3 for st in state.opt.state.values())  # moments restored, not a new optimizer
+    _, s2 = train(cfg8, tok2, TEXTS, [], state=state)
+    assert s2["steps"] == 8 and s2["run_steps"] == 4 and len(state.runs) == 2
+    # a cool-down never writes the trunk
+    writes: list[int] = []
+    cool = TrainConfig(**{**base, "steps": 8, "cooldown_s": 0.5})  # type: ignore[arg-type]
+    train(cool, tok2, TEXTS, [], state=state, phase="cooldown", on_checkpoint=lambda st: writes.append(st.step))
+    assert writes == [] and state.step > 8
+
+
+@pytest.fixture(scope="module")
+def both(tiny_model_dir: Path):  # type: ignore[no-untyped-def]
+    return load_model(tiny_model_dir, backend="onnx"), load_model(tiny_model_dir, backend="torch")
+
+
+def test_both_backends_offer_the_autoregressive_mode(both) -> None:  # type: ignore[no-untyped-def]
+    onnx_m, torch_m = both
+    assert onnx_m.denoiser.info.autoregressive and torch_m.denoiser.info.autoregressive
+    ids = onnx_m.tokenizer.encode("def total(self):\n    return self.price")
+    s1, s2 = onnx_m.denoiser.encode(ids), torch_m.denoiser.encode(ids)
+    np.testing.assert_allclose(onnx_m.denoiser.next_logits(s1), torch_m.denoiser.next_logits(s2).numpy(), atol=1e-4)
+    g1, l1 = onnx_m.denoiser.extend(s1, [7, 8, 9])
+    g2, l2 = torch_m.denoiser.extend(s2, [7, 8, 9])
+    np.testing.assert_allclose(l1, l2.numpy(), atol=1e-4)
+    # extending equals encoding the longer context from scratch
+    np.testing.assert_allclose(
+        onnx_m.denoiser.next_logits(onnx_m.denoiser.encode([*ids, 7, 8, 9])), onnx_m.denoiser.next_logits(g1), atol=1e-4
+    )
+    # a cached state reused for a shorter context gives that context's logits, not the longer one's
+    shorter = onnx_m.denoiser.encode(ids[:-2], g1)
+    np.testing.assert_allclose(
+        onnx_m.denoiser.next_logits(shorter), onnx_m.denoiser.next_logits(onnx_m.denoiser.encode(ids[:-2])), atol=1e-4
+    )
+
+
+def test_autoregressive_decoding_is_greedy_argmax_and_scores_itself(both) -> None:  # type: ignore[no-untyped-def]
+    onnx_m, torch_m = both
+    ids = onnx_m.tokenizer.encode("def total(self):\n    return self.price")
+    fills = []
+    for m in both:
+        den = m.denoiser
+        st = den.encode(ids)
+        res = run_autoregressive(den, st, 6, SamplerConfig(strategy="autoregressive"), den.random_source(0))
+        fills.append(res.tokens[0].tolist())
+    assert fills[0] == fills[1]
+    den = onnx_m.denoiser
+    st = den.encode(ids)
+    toks = fills[0]
+    # each decoded token is the argmax of the model given everything before it
+    prefix: list[int] = []
+    for t in toks:
+        if t in (den.info.eof_id, den.info.pad_id):
+            break
+        logits = den.next_logits(den.encode([*ids, *prefix]))
+        masked = np.where(np.isin(np.arange(len(logits)), [*den.info.suppress_ids, den.info.mask_id]), -1e30, logits)
+        assert int(np.argmax(masked)) == t
+        prefix.append(t)
+    lp, n = sequence_logprob(den, st, prefix, den.info.eof_id)
+    assert n == len(prefix) + 1 and lp < 0
+
+
+def test_min_tokens_bars_an_empty_fill(both) -> None:  # type: ignore[no-untyped-def]
+    onnx_m, _ = both
+    den = onnx_m.denoiser
+    st = den.encode(onnx_m.tokenizer.encode("x = 1\n"))
+    eof = den.info.eof_id
+    res = run_autoregressive(den, st, 4, SamplerConfig(strategy="autoregressive", min_tokens=2), den.random_source(0))
+    assert eof not in res.tokens[0, :2].tolist() and den.info.pad_id not in res.tokens[0, :2].tolist()
