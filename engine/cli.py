@@ -267,7 +267,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise InputError(f"export needs torch: pip install 'diffusion-lsp[torch]' ({exc})") from exc
     loaded = load_model(args.model, backend="torch")
     out = args.out or loaded.path
-    export_onnx(loaded.denoiser.model, out)  # type: ignore[attr-defined]
+    # graphs next to the weights read them from the safetensors file; elsewhere they embed a copy
+    weights = loaded.path / "model.safetensors" if Path(out).resolve() == loaded.path.resolve() else None
+    export_onnx(loaded.denoiser.model, out, weights)  # type: ignore[attr-defined]
     sys.stdout.write(f"wrote {out}/encode.onnx and {out}/denoise.onnx\n")
     return 0
 

@@ -179,18 +179,22 @@ def describe_data(corpora: list[Path], files: int, held: int, holdout: list[str]
     )
 
 
-MODEL_CARD = """# diffusion-lsp first model (placeholder quality)
+MODEL_CARD = """# diffusion-lsp default model
 
-A small masked-diffusion (absorbing canvas) infill model of the embedded architecture,
-trained briefly on CPU so that every command works end to end. It is not a good code
-model: the default-model issue trains the real one.
+A small infill model of the embedded architecture (engine/model.py): one transformer
+whose causal context encoder and bidirectional canvas denoiser share every weight,
+trained on CPU with the dual objective (every computed token supervised): a next-token
+loss on the context stream in suffix-prefix-middle order and on the middle after the
+middle marker, and a masked-diffusion loss on the absorbing canvas, which never sees the
+middle. So the same weights fill a canvas many tokens per step (diffusion) and also
+decode one token at a time (the autoregressive mode, strategy "autoregressive").
 
-- Parameters: {params:,} (tied embeddings), fp32 weights; ONNX graphs encode.onnx and
-  denoise.onnx hold the same weights.
+- Parameters: {params:,} (tied embeddings). model.safetensors holds the weights once;
+  encode.onnx and denoise.onnx read them from it (ONNX external data).
 - Data: {data}
-- Training: {steps} steps, {tokens_seen:,} tokens seen (context + canvas), {seconds} s on a
-  2-core CPU. Final training loss {train_loss}, held-out loss {held_out_loss}
-  (cross-entropy on the corrupted canvas, nats).
+- Training: {steps} steps, {tokens_seen:,} tokens through the model (context + canvas +
+  middle), last run {seconds} s on a 2-core CPU. Final training loss {train_loss};
+  held-out canvas loss {held_out_loss}, held-out next-token loss {held_out_ar_loss} (nats).
 - Recipe ({recipe_file}):
 
 ```json

@@ -460,7 +460,9 @@ def train(
         state.opt.step()
         loss_v = loss.item()
         state.step += 1
-        state.tokens += batch.ar_targets.shape[0] * batch.ar_targets.shape[1]
+        # tokens the forward pass computed: context and canvas, and the middle stream when it is trained
+        b_, p_ = batch.ctx.shape
+        state.tokens += b_ * (p_ + batch.target.shape[1] + (batch.mid.shape[1] if cfg.ar_loss_weight > 0 else 0))
         if eval_batches and state.step % cfg.eval_every == 0:
             record(time.monotonic())
         if progress is not None:

@@ -226,3 +226,22 @@ def test_min_tokens_bars_an_empty_fill(both) -> None:  # type: ignore[no-untyped
     eof = den.info.eof_id
     res = run_autoregressive(den, st, 4, SamplerConfig(strategy="autoregressive", min_tokens=2), den.random_source(0))
     assert eof not in res.tokens[0, :2].tolist() and den.info.pad_id not in res.tokens[0, :2].tolist()
+
+
+def test_infill_in_the_autoregressive_mode_ranks_alternatives_by_likelihood(both) -> None:  # type: ignore[no-untyped-def]
+    from engine.infill import InfillEngine, InfillRequest
+
+    onnx_m, _ = both
+    engine = InfillEngine(onnx_m)
+    cfg = SamplerConfig(strategy="autoregressive", max_steps=8)
+    r = engine.fill(InfillRequest(prefix="def f(x):\n    return x", suffix="\n", canvas_tokens=8, sampler=cfg))
+    first = r.candidates[0]
+    ended = len(first.token_ids) < 8
+    assert r.steps == len(first.token_ids) + int(ended)  # one position per token, end-of-fill included
+    many = engine.fill(
+        InfillRequest(prefix="def f(x):\n    return x", suffix="\n", canvas_tokens=8, candidates=5, seed=3)
+    )
+    alternatives = many.candidates[1:]
+    assert all(k.logprob is not None for k in many.candidates)
+    scores = [k.logprob for k in alternatives]
+    assert scores == sorted(scores, reverse=True)  # type: ignore[type-var]

@@ -215,3 +215,13 @@ def test_refine_keeps_the_tokens_the_model_finds_likely(shipped: InfillEngine) -
     assert 0 < len(kept) < len(ids)  # some kept, some re-filled: the test means something
     tokens = result.candidates[0].token_ids if result.candidates else []
     assert all(i < len(tokens) and tokens[i] == ids[i] for i in kept)
+
+
+def test_a_blank_line_asks_for_a_line() -> None:
+    from engine.infill import on_blank_line
+
+    assert on_blank_line("def f():\n    ", "\n    return 1\n")
+    assert on_blank_line("x = 1\n", "")
+    assert on_blank_line("x = 1\r\n\t", "\r\n")
+    assert not on_blank_line("def f():\n    return ", "\n")  # typing inside a line
+    assert not on_blank_line("def f():\n", "    return 1\n")  # code after the cursor on its line

@@ -336,3 +336,32 @@ def test_a_row_that_stops_early_keeps_no_mask(lib: str) -> None:
     assert ((res.confidence[0] > 0) == locked_at_stop).all()
     assert res.tokens[0].tolist() == [5, 6, 7, 8, 9, 10, 11, 12]  # open positions took the argmax
     assert MASK not in res.tokens.tolist()[0]
+
+
+@pytest.mark.parametrize("lib", _libs())
+def test_min_tokens_bars_end_of_fill_before_it(lib: str) -> None:
+    """A model sure the fill is empty (end-of-fill first) gives an empty fill, unless
+    min_tokens asks for at least that many tokens: then the next likeliest ones."""
+    den = FakeDenoiser([EOF, PAD, PAD, PAD], [9.0, 9.0, 9.0, 9.0], lib)
+    den.logits[0, 7] = 5.0  # the likeliest token that is not an end
+    den.logits[1, 8] = 5.0
+    state = den.encode([3])
+    for min_tokens, want in ((0, [EOF, PAD, PAD, PAD]), (1, [7, EOF, PAD, PAD]), (2, [7, 8, EOF, PAD])):
+        cfg = SamplerConfig(max_steps=8, min_tokens=min_tokens)
+        out = run(den, state, initial_canvas(den, 1, 4, den.random_source(0)), cfg, den.random_source(0))
+        got = out.tokens[0].tolist()
+        # position min_tokens is where the end may come; 8 at position 1 only when barred
+        assert got[:min_tokens] == want[:min_tokens] and EOF not in got[:min_tokens], (min_tokens, got)
+        assert (got == [EOF, PAD, PAD, PAD]) == (min_tokens == 0)
+
+
+def test_the_autoregressive_strategy_needs_its_own_loop() -> None:
+    den = FakeDenoiser([EOF], [1.0])
+    with pytest.raises(ValueError, match="run_autoregressive"):
+        run(
+            den,
+            den.encode([3]),
+            initial_canvas(den, 1, 1, den.random_source(0)),
+            SamplerConfig(strategy="autoregressive"),
+            den.random_source(0),
+        )
