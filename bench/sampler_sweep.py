@@ -1,9 +1,10 @@
 """Sampler sweep: exact match and steps per fill for each strategy and setting on held-out
 code, to choose the shipped defaults. Prints JSON.
 
-    python bench/sampler_sweep.py [--model DIR] [--tasks N] [--context-tokens N]
+    python bench/sampler_sweep.py [--model DIR] [--tasks N] [--context-tokens N] [--data DIR] [--only NAME...]
 
-Held-out data: the standard library's email and xml packages (never trained on).
+Held-out data: the standard library's email package by default (never trained on), or
+--data (e.g. corpus/heldout).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from engine.sampler import SamplerConfig
 
 SETTINGS: dict[str, dict[str, object]] = {
     "left_to_right": {"strategy": "left_to_right"},
+    "autoregressive": {"strategy": "autoregressive"},
+    "entropy_bound_0.5": {"strategy": "entropy_bound", "entropy_bound": 0.5},
+    "entropy_bound_2": {"strategy": "entropy_bound", "entropy_bound": 2.0},
     "entropy_bound_1": {"strategy": "entropy_bound", "entropy_bound": 1.0},
     "entropy_bound_4": {"strategy": "entropy_bound", "entropy_bound": 4.0},
     "entropy_bound_8": {"strategy": "entropy_bound", "entropy_bound": 8.0},
@@ -40,8 +44,9 @@ def main() -> int:
     p.add_argument("--context-tokens", type=int, default=None)
     p.add_argument("--only", nargs="*", help="names of settings to run")
     p.add_argument("--drafter", choices=["on", "off"], default="on")
+    p.add_argument("--data", type=Path, default=Path(sysconfig.get_paths()["stdlib"]) / "email")
     args = p.parse_args()
-    data = Path(sysconfig.get_paths()["stdlib"]) / "email"
+    data = args.data
     engine = InfillEngine(load_model(args.model))
     if args.context_tokens:
         engine.defaults = {**engine.defaults, "context_tokens": args.context_tokens}
@@ -50,7 +55,9 @@ def main() -> int:
         if args.only and name not in args.only:
             continue
         cfg = replace(SamplerConfig(max_steps=32), **changes)  # type: ignore[arg-type]
-        out[name] = evaluate_dir(engine, data, tasks=args.tasks, sampler=cfg, use_drafter=args.drafter == "on")
+        out[name] = evaluate_dir(
+            engine, data, tasks=args.tasks, sampler=cfg, use_drafter=args.drafter == "on", baseline=False, functions=0
+        )
         sys.stderr.write(f"{name}: {json.dumps(out[name])}\n")
     json.dump(out, sys.stdout, indent=2)
     sys.stdout.write("\n")

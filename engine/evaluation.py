@@ -169,14 +169,19 @@ def summarize(tasks: list[Task], outcomes: list[Outcome]) -> dict[str, Any]:
     n = len(outcomes)
     if not n:
         return {"tasks": 0}
-    checked = [o.syntax_valid for o in outcomes if o.syntax_valid is not None]
+    checked_outcomes = [o for o in outcomes if o.syntax_valid is not None]
+    checked = [bool(o.syntax_valid) for o in checked_outcomes]
     steps = [o.steps for o in outcomes]
     return {
         "tasks": n,
         "exact_match": round(sum(o.exact for o in outcomes) / n, 4),
         "syntax_valid": round(sum(checked) / len(checked), 4) if checked else None,
         "non_empty": round(sum(bool(o.fill.strip()) for o in outcomes) / n, 4),
-        "syntax_valid_non_empty": round(sum(bool(o.fill.strip()) and bool(o.syntax_valid) for o in outcomes) / n, 4),
+        "syntax_valid_non_empty": (
+            round(sum(bool(o.fill.strip()) and bool(o.syntax_valid) for o in checked_outcomes) / len(checked), 4)
+            if checked
+            else None
+        ),
         "steps_per_fill": round(statistics.mean(steps), 2),
         "tokens_per_fill": round(statistics.mean(o.tokens for o in outcomes), 2),
         "tokens_per_step": round(sum(o.tokens for o in outcomes) / max(1, sum(steps)), 2),

@@ -324,7 +324,8 @@ class InfillEngine:
                 cb(view.step, [self._decode_row(r)[0] for r in rows])
 
         # 5. sample
-        min_tokens = req.min_tokens if req.min_tokens is not None else int(on_blank_line(req.prefix, req.suffix))
+        rule = req.min_tokens if req.min_tokens is not None else int(on_blank_line(req.prefix, req.suffix))
+        min_tokens = max(rule, cfg.min_tokens)
         if min_tokens != cfg.min_tokens:
             cfg = replace(cfg, min_tokens=min_tokens)
         ar = self.den.info.autoregressive
@@ -373,7 +374,8 @@ class InfillEngine:
             cands.append(
                 Candidate(text=text, token_ids=[int(t) for t in row[:n]], confidence=[float(x) for x in conf[:n]])
             )
-        if ar and len(cands) > 1:
+        late = req.deadline is not None and time.monotonic() >= req.deadline
+        if ar and len(cands) > 1 and not late and not (req.cancel is not None and req.cancel()):
             # alternatives ranked by the likelihood the same weights give them, decoding
             # one token at a time (a sharper judge than the canvas's own confidence)
             sp = self.tok.special

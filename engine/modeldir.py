@@ -117,6 +117,9 @@ def denoiser_info(cfg: dict[str, Any]) -> DenoiserInfo:
         mask_id=int(ids["mask"]) if ids.get("mask") is not None else None,
         max_positions=int(cfg["architecture"]["max_positions"]),
         suppress_ids=tuple(int(ids[k]) for k in ("mask", "suffix", "prefix", "middle") if ids.get(k) is not None),
+        # trained with the next-token loss (the dual objective): the backend may then
+        # decode one token at a time; a model trained on the canvas alone has no such head
+        autoregressive=bool(cfg.get("autoregressive", False)),
     )
 
 
@@ -250,12 +253,14 @@ def save_model_dir(
     defaults: dict[str, Any],
     card: str,
     weights_dtype: str = "float16",
+    autoregressive: bool = False,
 ) -> None:
     """Write a complete embedded-architecture model directory (weights, ONNX, config, card).
 
     The weights are stored once, in model.safetensors (`weights_dtype`: float16, half the
     bytes at no measurable cost in fills, or float32); the ONNX graphs read them from
-    that file (engine.export.link_weights)."""
+    that file (engine.export.link_weights). `autoregressive`: the weights were trained
+    with the next-token loss, so the backends offer the autoregressive mode."""
     import torch
     from safetensors.torch import save_file
 
@@ -271,6 +276,7 @@ def save_model_dir(
         "special_tokens": SPECIAL_TOKENS,
         "special_ids": {k: getattr(sp, k) for k in SPECIAL_TOKENS},
         "defaults": defaults,
+        "autoregressive": autoregressive,
     }
     (out / CONFIG_FILE).write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
     tokenizer.hf.save(str(out / TOKENIZER_FILE))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import shutil
 import signal
 import sys
 import sysconfig
@@ -131,11 +132,29 @@ def run_training(
         raise ValueError(f"{state_dir} holds no training state to cool down")
     if state_dir is not None and cfg.schedule == "wsd":
         assert state is not None
-        if cfg.cooldown_s <= 0 or out is None or stop["now"]:
+        if out is None or stop["now"]:
             return summary
-        trunk = copy.deepcopy(state)  # the cool-down never touches the trunk
-        model, summary = train(cfg, tok, train_texts, held, state=trunk, phase="cooldown", progress=progress)
-        summary["trunk_step"] = state.step
+        if cfg.cooldown_s > 0:
+            trunk = copy.deepcopy(state)  # the cool-down never touches the trunk
+            model, summary = train(
+                cfg,
+                tok,
+                train_texts,
+                held,
+                state=trunk,
+                phase="cooldown",
+                progress=progress,
+                should_stop=lambda: stop["now"],
+            )
+            summary["trunk_step"] = state.step
+            if stop["now"]:
+                log.warning("stopped during the cool-down: no model written to %s (the trunk is saved)", out)
+                return summary
+        else:
+            log.warning("no cool-down asked for: %s gets the trunk's weights as they are", out)
+            model = state.model
+    elif cfg.schedule == "wsd" and out is not None:
+        log.warning("a wsd recipe without --state: the weights are not cooled down (use --state)")
     if out is None:
         return summary
     assert model is not None
@@ -150,9 +169,14 @@ def run_training(
         recipe_file=recipe.as_posix(),
         **{k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in summary.items()},
     )
-    save_model_dir(out, model, tok, "absorbing", DEFAULTS, card)
+    # written next to `out` and renamed into place: a run killed meanwhile leaves no half model
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_model_dir(tmp, model, tok, "absorbing", DEFAULTS, card, autoregressive=cfg.ar_loss_weight > 0)
     if corpora:  # what the weights were trained on ships with them, next to the card
-        (out / DATA_MANIFEST).write_text(data_manifest(corpora), encoding="utf-8")
+        (tmp / DATA_MANIFEST).write_text(data_manifest(corpora), encoding="utf-8")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
     return summary
 
 

@@ -567,7 +567,12 @@ def load_state(directory: Path, cfg: TrainConfig) -> tuple[TrainState, Tokenizer
     for name, param in model.named_parameters():
         if f"exp_avg.{name}" in tensors:
             opt.state[param] = {
-                "step": torch.tensor(meta["optimizer_steps"][name]),
+                # fused AdamW (CUDA) wants its step counter on the parameter's device
+                "step": torch.tensor(
+                    meta["optimizer_steps"][name],
+                    dtype=torch.float32,
+                    device=device if device.type == "cuda" else "cpu",
+                ),
                 "exp_avg": tensors[f"exp_avg.{name}"].float().to(device),
                 "exp_avg_sq": tensors[f"exp_avg_sq.{name}"].float().to(device),
             }

@@ -32,5 +32,6 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "absorbing",
         {"canvas_tokens": 16, "context_tokens": 256, "max_steps": 16},
         "# tiny test model\n",
+        autoregressive=True,  # random weights: the mode's mechanics, not its quality
     )
     return out

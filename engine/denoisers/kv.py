@@ -49,7 +49,7 @@ class KVDenoiser(ABC):
         if state is not None:
             keep = common_prefix_len(state.token_ids, ids)
             keys, values, next_logits = state.payload
-            if ar and keep == len(ids) and keep < len(state.token_ids):
+            if ar and 0 < keep == len(ids) < len(state.token_ids):
                 keep -= 1  # the cached logits are those after a later token: run the last one again
             keys, values = keys[:, :, :, :keep], values[:, :, :, :keep]
         else:

@@ -66,7 +66,8 @@ class OnnxDenoiser(KVDenoiser):
         self.encoder = _session(encode_path, providers)
         self.denoiser = _session(denoise_path, providers)
         self.has_logits = "logits" in {o.name for o in self.encoder.get_outputs()}
-        self.info = replace(info, autoregressive=self.has_logits)
+        # the mode needs weights trained for it (config.json) and a graph that gives logits
+        self.info = replace(info, autoregressive=info.autoregressive and self.has_logits)
 
     def _empty(self) -> tuple[np.ndarray, np.ndarray]:
         z = np.zeros((self.layers, 1, self.heads, 0, self.head_dim), dtype=np.float32)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -45,7 +44,6 @@ class TorchDenoiser(KVDenoiser):
         self.info = info
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
-        self.info = replace(info, autoregressive=True)
 
     def _empty(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.model.empty_cache(self.device)

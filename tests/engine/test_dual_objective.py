@@ -245,3 +245,26 @@ def test_infill_in_the_autoregressive_mode_ranks_alternatives_by_likelihood(both
     assert all(k.logprob is not None for k in many.candidates)
     scores = [k.logprob for k in alternatives]
     assert scores == sorted(scores, reverse=True)  # type: ignore[type-var]
+
+
+def test_a_model_trained_without_the_next_token_loss_has_no_autoregressive_mode(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    import json
+    import shutil
+
+    from engine.infill import InfillEngine, InfillRequest
+
+    plain = tmp_path / "plain"
+    shutil.copytree(tiny_model_dir, plain)
+    cfg = json.loads((plain / "config.json").read_text())
+    cfg["autoregressive"] = False
+    (plain / "config.json").write_text(json.dumps(cfg))
+    for backend in ("onnx", "torch"):
+        m = load_model(plain, backend=backend)
+        assert not m.denoiser.info.autoregressive
+        r = InfillEngine(m).fill(
+            InfillRequest(prefix="x = ", suffix="\n", canvas_tokens=6, sampler=SamplerConfig(strategy="autoregressive"))
+        )
+        assert any("no autoregressive mode" in w for w in r.warnings)  # left to right on the canvas instead
+        assert all(k.logprob is None for k in r.candidates)
