@@ -365,7 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--baseline",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="also run the one-token-per-step left-to-right baseline on the same tasks (default on)",
+        help="also run the one-token-per-step baseline on the same tasks: the autoregressive mode of the "
+        "same weights, or left to right on the canvas for a model without it (default on)",
     )
     e.add_argument(
         "--functions",

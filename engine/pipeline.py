@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import shutil
 import signal
 import sys
@@ -153,6 +154,17 @@ def run_training(
         else:
             log.warning("no cool-down asked for: %s gets the trunk's weights as they are", out)
             model = state.model
+            if not summary:  # nothing trained in this run: the trunk's own figures
+                last = state.curve[-1] if state.curve else {}
+                summary = {
+                    "steps": state.step,
+                    "run_steps": 0,
+                    "train_loss": last.get("train_loss", math.nan),
+                    "held_out_loss": last.get("canvas", math.nan),
+                    "held_out_ar_loss": last.get("ar", math.nan),
+                    "seconds": state.seconds,
+                    "tokens_seen": state.tokens,
+                }
     elif cfg.schedule == "wsd" and out is not None:
         log.warning("a wsd recipe without --state: the weights are not cooled down (use --state)")
     if out is None:

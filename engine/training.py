@@ -472,7 +472,7 @@ def train(
             state.seconds += now - last_ckpt
             last_ckpt = now
             on_checkpoint(state)
-    if eval_batches:
+    if eval_batches and (not state.curve or state.curve[-1]["step"] != state.step):
         record(time.monotonic())
     state.seconds += time.monotonic() - last_ckpt
     state.runs.append(

@@ -1,6 +1,12 @@
 """Bad input over the wire, sent as raw JSON-RPC (a typed client cannot send most of it):
 every request gets an answer (a result or a clear error), the server keeps serving, and a
-hypothesis fuzz of 1,000 random and malformed messages changes none of that."""
+hypothesis fuzz of 1,000 random and malformed messages changes none of that.
+
+The server is the real one with a scripted model (tests/lsp/scripted_server.py), so that
+"still serving" (a known fill at a known place) does not depend on what the shipped
+weights happen to write; two tests start the server on real weights: one whose denoising
+graph is broken, and a smoke test of the shipped model whose assertions hold for any
+model."""
 
 from __future__ import annotations
 
@@ -16,11 +22,23 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lsp_server.client import StdioClient
+from tests.lsp.scripted_server import scripted_command
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = (ROOT / "fixtures" / "code" / "inventory.py").read_text()
 URI = "file:///work/inventory.py"
-SERVER = [sys.executable, "-m", "lsp_server"]
+COUNT = "    def count(self) -> int:\n        return len(self.items)\n"  # the fill at line 26, a blank line
+COBOL = "       AUTHOR. DIFFUSION."
+SCRIPT = {
+    "rules": [
+        {"after": 'GREETING = "😀😀"', "fill": " * 2"},  # the end of line 0 of emoji.py
+        {"contains": 'GREETING = "', "fill": "hi "},  # elsewhere in emoji.py (inside the string)
+        {"after": "PROGRAM-ID. REPORT.\n", "fill": COBOL},
+    ],
+    "default": COUNT,
+}
+SERVER = scripted_command(SCRIPT)
+REAL_SERVER = [sys.executable, "-m", "lsp_server"]  # the shipped model
 INVALID_PARAMS = -32602
 
 
@@ -41,9 +59,14 @@ def inline_params(uri: str, line: int, character: int, invoked: bool = True) -> 
 
 
 def alive(client: StdioClient) -> bool:
-    """The server still fills at a known-good place."""
+    """The server still fills at a known-good place, with the scripted fill."""
     response = client.request_raw("textDocument/inlineCompletion", inline_params(URI, 26, 0), timeout=60)
-    return answered(response) and bool((response.get("result") or {}).get("items"))
+    return answered(response) and texts(response) == [COUNT]
+
+
+def texts(response: dict[str, Any]) -> list[str]:
+    """The insert texts of an inline completion response (none for a null result)."""
+    return [item["insertText"] for item in (response.get("result") or {}).get("items", [])]
 
 
 @pytest.fixture(scope="module")
@@ -90,14 +113,14 @@ def test_characters_outside_the_bmp_count_as_two_utf16_units(client: StdioClient
     client.open(uri, text)
     # the cursor at the end of line 0: 15 code points, 17 UTF-16 units
     response = client.request_raw("textDocument/inlineCompletion", inline_params(uri, 0, 17))
-    assert answered(response)
-    for item in (response.get("result") or {}).get("items", []):
-        assert item["range"]["start"] == {"line": 0, "character": 17}
+    assert answered(response) and texts(response) == [" * 2"], response
+    (item,) = response["result"]["items"]
+    assert item["range"]["start"] == item["range"]["end"] == {"line": 0, "character": 17}
     # a position inside the surrogate pair is clamped, never split
     response = client.request_raw("textDocument/inlineCompletion", inline_params(uri, 0, 13))
-    assert answered(response)
-    for item in (response.get("result") or {}).get("items", []):
-        assert item["range"]["start"]["character"] in (12, 14)
+    assert answered(response) and texts(response) == ["hi "], response
+    (item,) = response["result"]["items"]
+    assert item["range"]["start"]["character"] in (12, 14)
 
 
 def test_binary_content_and_nul_bytes(client: StdioClient) -> None:
@@ -117,6 +140,7 @@ def test_a_language_without_a_grammar_gets_a_line_based_fill(client: StdioClient
     )
     response = client.request_raw("textDocument/inlineCompletion", inline_params(uri, 2, 0))
     assert answered(response) and "error" not in response
+    assert texts(response) == [COBOL]  # no parser to check or cut it: the fill as written
 
 
 def test_a_ten_megabyte_document_is_trimmed_to_the_context_budget(client: StdioClient) -> None:
@@ -138,7 +162,7 @@ def test_an_exception_inside_the_engine_is_an_empty_answer_and_the_next_request_
     broken = tmp_path / "model"
     shutil.copytree(ROOT / "engine" / "weights", broken)
     shutil.copy(broken / "encode.onnx", broken / "denoise.onnx")
-    c = StdioClient([*SERVER, "--model", str(broken)])
+    c = StdioClient([*REAL_SERVER, "--model", str(broken)])
     try:
         c.initialize({"backend": "onnx"})
         c.open(URI, SAMPLE)
@@ -147,6 +171,24 @@ def test_an_exception_inside_the_engine_is_an_empty_answer_and_the_next_request_
             assert answered(response) and response.get("result") is None, response
         logs = [n["params"]["message"] for n in c.notifications if n.get("method") == "window/logMessage"]
         assert any("fill failed" in m for m in logs), logs
+    finally:
+        assert c.close() == 0
+
+
+def test_the_shipped_model_serves_over_stdio() -> None:
+    """A smoke test of the real weights behind the server: whatever the shipped model
+    writes, the request is answered and any items it gives sit at the cursor."""
+    c = StdioClient(REAL_SERVER)
+    try:
+        c.initialize({"alternatives": 2})
+        c.open(URI, SAMPLE)
+        response = c.request_raw("textDocument/inlineCompletion", inline_params(URI, 26, 0), timeout=120)
+        assert answered(response) and "error" not in response, response
+        for item in (response.get("result") or {}).get("items", []):  # may be none: any model
+            assert item["range"]["start"] == item["range"]["end"] == {"line": 26, "character": 0}
+            assert isinstance(item["insertText"], str) and item["insertText"].strip()
+        stats = c.request_raw("workspace/executeCommand", {"command": "diffusion.stats"})
+        assert stats["result"]["model_loaded"] is True and stats["result"]["load_error"] is None
     finally:
         assert c.close() == 0
 

@@ -1,9 +1,12 @@
 """The language server as a real client sees it (pytest-lsp over stdio), with the VS Code,
-Neovim and Emacs capability presets (which do not advertise inlineCompletion: added here)."""
+Neovim and Emacs capability presets (which do not advertise inlineCompletion: added here).
+
+The server is the real one with a scripted model (tests/lsp/scripted_server.py): what it
+fills at each place is chosen in SCRIPT, so the items asserted on are fixed by the script
+and the server's logic, never by what the shipped weights happen to write."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,15 +14,28 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
+from tests.lsp.scripted_server import scripted_command
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = (ROOT / "fixtures" / "code" / "inventory.py").read_text()
 URI = "file:///work/inventory.py"
+BLANK = types.Position(26, 0)  # a blank line between two methods
+COUNT = "    def count(self) -> int:\n        return len(self.items)\n"  # the fill there ...
+SIZE = "    def size(self) -> int:\n        return len(self.items)\n"  # ... and its alternative
+SCRIPT = {
+    "rules": [
+        {"after": "    main()\n", "fill": '    print("done")'},  # the end of the file
+        {"after": 'fills in."""\n', "fill": "# the fixture"},  # the blank line after the docstring
+    ],
+    "default": [COUNT, SIZE],  # one per candidate row
+    "delay_ms": 50,  # a denoising step takes a while, as with a real model (the storm test)
+}
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 @pytest_lsp.fixture(
-    config=ClientServerConfig(server_command=[sys.executable, "-m", "lsp_server"]),
+    config=ClientServerConfig(server_command=scripted_command(SCRIPT)),
     params=["visual_studio_code", "neovim", "emacs"],
     scope="module",
 )
@@ -60,30 +76,36 @@ async def test_invalid_settings_are_named_and_defaulted(client: LanguageClient) 
 
 
 async def test_inline_completion_returns_ghost_text_at_the_cursor(client: LanguageClient) -> None:
-    pos = types.Position(26, 0)  # a blank line between two methods
+    pos = BLANK
     result = await inline(client, pos, types.InlineCompletionTriggerKind.Invoked)
-    assert result is not None and 1 <= len(result.items) <= 2  # up to `alternatives`
+    assert result is not None
+    assert [item.insert_text for item in result.items] == [COUNT, SIZE]  # `alternatives`: 2, best first
     for item in result.items:
         assert item.range is not None and item.range.start == item.range.end == pos
-        assert isinstance(item.insert_text, str) and item.insert_text
+
+
+async def test_an_automatic_request_gets_one_suggestion(client: LanguageClient) -> None:
+    result = await inline(client, BLANK, types.InlineCompletionTriggerKind.Automatic)
+    assert result is not None and [item.insert_text for item in result.items] == [COUNT]
 
 
 async def test_completion_fallback_offers_the_fill_first(client: LanguageClient) -> None:
-    pos = types.Position(26, 0)
+    pos = BLANK
     result = await client.text_document_completion_async(
         types.CompletionParams(text_document=types.TextDocumentIdentifier(URI), position=pos)
     )
-    assert isinstance(result, types.CompletionList) and result.items
-    item = result.items[0]
-    assert item.label.startswith("✦") and item.sort_text == "!0"
-    assert item.text_edit is not None and item.text_edit.range.start == pos  # type: ignore[union-attr]
+    assert isinstance(result, types.CompletionList)
+    (item,) = result.items
+    assert item.label == "✦ def count(self) -> int:" and item.sort_text == "!0"
+    assert item.text_edit == types.TextEdit(types.Range(pos, pos), COUNT)
 
 
 async def test_type_through_answers_without_the_engine(client: LanguageClient) -> None:
-    pos = types.Position(26, 0)
+    pos = BLANK
     first = await inline(client, pos, types.InlineCompletionTriggerKind.Automatic)
     assert first is not None
     text = str(first.items[0].insert_text)
+    assert text == COUNT
     before = await client.workspace_execute_command_async(types.ExecuteCommandParams("diffusion.stats"))
     # the user types the first character of the suggestion
     client.text_document_did_change(
@@ -92,7 +114,7 @@ async def test_type_through_answers_without_the_engine(client: LanguageClient) -
             [types.TextDocumentContentChangePartial(range=types.Range(pos, pos), text=text[0])],
         )
     )
-    after_pos = types.Position(26, 1) if "\n" not in text[0] else types.Position(27, 0)
+    after_pos = types.Position(26, 1)
     again = await inline(client, after_pos, types.InlineCompletionTriggerKind.Automatic)
     after = await client.workspace_execute_command_async(types.ExecuteCommandParams("diffusion.stats"))
     assert again is not None and again.items[0].insert_text == text[1:]
@@ -111,10 +133,14 @@ async def test_bad_positions_and_unknown_documents_get_empty_answers(client: Lan
     # positions past the end of the document or of a line are clamped to that end
     past_end = await inline(client, types.Position(10_000, 0), types.InlineCompletionTriggerKind.Invoked)
     end = types.Position(len(lines) - 1, len(lines[-1]))
-    assert past_end is None or all(i.range is not None and i.range.start == end for i in past_end.items)
+    assert past_end is not None and [(i.range, i.insert_text) for i in past_end.items] == [
+        (types.Range(end, end), '    print("done")')
+    ]
     past_line_end = await inline(client, types.Position(1, 500), types.InlineCompletionTriggerKind.Invoked)
     line_end = types.Position(1, len(lines[1]))
-    assert past_line_end is None or all(i.range is not None and i.range.start == line_end for i in past_line_end.items)
+    assert past_line_end is not None and [(i.range, i.insert_text) for i in past_line_end.items] == [
+        (types.Range(line_end, line_end), "# the fixture")
+    ]
     unknown = await client.text_document_inline_completion_async(
         types.InlineCompletionParams(
             text_document=types.TextDocumentIdentifier("file:///nowhere.py"),
@@ -132,7 +158,7 @@ async def test_a_storm_of_edits_answers_only_the_latest(client: LanguageClient) 
     answered, and the server keeps serving."""
     import asyncio
 
-    pos = types.Position(26, 0)
+    pos = BLANK
     pending = []
     version = 100
     before = await client.workspace_execute_command_async(types.ExecuteCommandParams("diffusion.stats"))
@@ -146,7 +172,7 @@ async def test_a_storm_of_edits_answers_only_the_latest(client: LanguageClient) 
         )
         pending.append(asyncio.ensure_future(inline(client, pos, types.InlineCompletionTriggerKind.Invoked)))
     results = await asyncio.gather(*pending)
-    assert results[-1] is not None and results[-1].items  # the newest is answered
+    assert results[-1] is not None and [i.insert_text for i in results[-1].items] == [COUNT, SIZE]  # the newest
     assert sum(r is None for r in results[:-1]) >= 10  # most stale ones were dropped
     stats = await client.workspace_execute_command_async(types.ExecuteCommandParams("diffusion.stats"))
     # superseded requests are cancelled before they reach the engine (one worker runs
@@ -155,7 +181,7 @@ async def test_a_storm_of_edits_answers_only_the_latest(client: LanguageClient) 
 
 
 @pytest_lsp.fixture(
-    config=ClientServerConfig(server_command=[sys.executable, "-m", "lsp_server", "--model", "/nonexistent/model"]),
+    config=ClientServerConfig(server_command=scripted_command(SCRIPT, "--model", "/nonexistent/model")),
     scope="module",
 )
 async def broken(lsp_client: LanguageClient):  # type: ignore[no-untyped-def]
@@ -166,7 +192,7 @@ async def broken(lsp_client: LanguageClient):  # type: ignore[no-untyped-def]
 
 
 async def test_a_model_that_fails_to_load_is_reported_and_the_server_stays_up(broken: LanguageClient) -> None:
-    result = await inline(broken, types.Position(26, 0), types.InlineCompletionTriggerKind.Invoked)
+    result = await inline(broken, BLANK, types.InlineCompletionTriggerKind.Invoked)
     assert result is None
     stats = await broken.workspace_execute_command_async(types.ExecuteCommandParams("diffusion.stats"))
     assert stats["model_loaded"] is False and "/nonexistent/model" in stats["load_error"]
@@ -186,8 +212,8 @@ async def test_a_settings_change_can_load_another_model(broken: LanguageClient) 
             break
         await asyncio.sleep(0.1)
     assert stats["model_loaded"] is True
-    result = await inline(broken, types.Position(26, 0), types.InlineCompletionTriggerKind.Invoked)
-    assert result is not None and result.items
+    result = await inline(broken, BLANK, types.InlineCompletionTriggerKind.Invoked)
+    assert result is not None and [i.insert_text for i in result.items] == [COUNT, SIZE]
 
 
 async def test_uris_with_escapes_are_found(client: LanguageClient) -> None:
@@ -196,8 +222,8 @@ async def test_uris_with_escapes_are_found(client: LanguageClient) -> None:
     result = await client.text_document_inline_completion_async(
         types.InlineCompletionParams(
             text_document=types.TextDocumentIdentifier(uri),
-            position=types.Position(26, 0),
+            position=BLANK,
             context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
         )
     )
-    assert result is not None and result.items
+    assert result is not None and [i.insert_text for i in result.items] == [COUNT, SIZE]

@@ -1,11 +1,14 @@
 """Settings pulled through workspace/configuration, the languages filter, debounce,
 drafts (diffusion/draft), $/progress while the model loads, and selectedCompletionInfo,
-against a real server over stdio (pytest-lsp)."""
+against a real server over stdio (pytest-lsp).
+
+The server is the real one with a scripted model (tests/lsp/scripted_server.py): what it
+fills at each place is chosen in SCRIPT, so the suggestions asserted on are fixed by the
+script and the server's logic, never by what the shipped weights happen to write."""
 
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,16 +17,23 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
+from tests.lsp.scripted_server import scripted_command
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = (ROOT / "fixtures" / "code" / "inventory.py").read_text()
 URI = "file:///work/inventory.py"
 BLANK = types.Position(26, 0)  # a blank line between two methods
+COUNT = "    def count(self) -> int:\n        return len(self.items)\n"  # the fill there
+SCRIPT = {
+    "rules": [{"after": "\n    se", "fill": "lf.items.clear()"}],  # after "se" typed on the blank line
+    "default": COUNT,
+}
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 @pytest_lsp.fixture(
-    config=ClientServerConfig(server_command=[sys.executable, "-m", "lsp_server"]),
+    config=ClientServerConfig(server_command=scripted_command(SCRIPT)),
     scope="module",
 )
 async def client(lsp_client: LanguageClient):  # type: ignore[no-untyped-def]
@@ -98,7 +108,7 @@ async def test_pulled_settings_win_and_the_languages_filter_applies(client: Lang
         if result is not None:
             break
         await asyncio.sleep(0.1)
-    assert result is not None and result.items
+    assert result is not None and [i.insert_text for i in result.items] == [COUNT]
 
 
 async def test_drafts_are_sent_while_a_fill_denoises(client: LanguageClient) -> None:
@@ -106,7 +116,7 @@ async def test_drafts_are_sent_while_a_fill_denoises(client: LanguageClient) -> 
     drafts.clear()
     result = await inline(client, BLANK)
     await asyncio.sleep(0.2)  # notifications sent just before the response may trail it
-    assert result is not None and result.items
+    assert result is not None and [i.insert_text for i in result.items] == [COUNT]
     assert drafts, "no diffusion/draft notification"
     ids = {str(d["requestId"]) for d in drafts}
     assert len(ids) == 1 and "None" not in ids  # all for the one request, which is named
@@ -116,6 +126,7 @@ async def test_drafts_are_sent_while_a_fill_denoises(client: LanguageClient) -> 
     steps = [d["step"] for d in drafts]
     assert steps == sorted(steps)
     assert all(d["text"] and d["done"] is False for d in drafts)  # never an empty draft
+    assert drafts[-1]["text"] == COUNT  # the fill as it formed, ending as the answer
 
 
 async def test_automatic_requests_are_debounced_and_only_the_latest_runs(client: LanguageClient) -> None:
@@ -128,7 +139,7 @@ async def test_automatic_requests_are_debounced_and_only_the_latest_runs(client:
     results = await asyncio.gather(first, second)
     after = await stats(client)
     assert results[0] is None  # superseded while it waited
-    assert results[1] is not None and results[1].items
+    assert results[1] is not None and [i.insert_text for i in results[1].items] == [COUNT]
     assert after["engine_calls"] - before["engine_calls"] == 1
 
 
@@ -146,10 +157,10 @@ async def test_the_selected_completion_item_is_continued(client: LanguageClient)
     at = types.Position(BLANK.line, 5)
     selected = types.SelectedCompletionInfo(range=types.Range(types.Position(BLANK.line, 4), at), text="se")
     result = await inline(client, at, selected=selected)
-    assert result is not None and result.items
-    for item in result.items:
-        assert item.range is not None and item.range.start == selected.range.start and item.range.end == at
-        assert str(item.insert_text).startswith("se")
+    assert result is not None
+    (item,) = result.items
+    assert item.range == types.Range(selected.range.start, at)
+    assert item.insert_text == "self.items.clear()"  # "se", then the fill made after "se"
 
     lines[BLANK.line] = "    se"  # the same text, typed
     other = "file:///work/typed.py"
@@ -163,8 +174,7 @@ async def test_the_selected_completion_item_is_continued(client: LanguageClient)
             context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
         )
     )
-    assert typed is not None and typed.items
-    assert result.items[0].insert_text == "se" + str(typed.items[0].insert_text)
+    assert typed is not None and [i.insert_text for i in typed.items] == ["lf.items.clear()"]
 
     # a selected range that does not end at the cursor is not something to continue
     wrong = types.SelectedCompletionInfo(range=types.Range(types.Position(20, 0), types.Position(20, 2)), text="zz")
