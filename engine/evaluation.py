@@ -15,7 +15,8 @@ syntax validity (prefix + fill + suffix has no more tree-sitter errors than the 
 written: engine.syntax.parses_no_worse), steps and canvas tokens per fill, p50 and p95
 latency (encode + denoise; the cache is cleared before every fill, so each one is cold),
 and for function_body pass@1; the share of non-empty fills (every task's middle is
-non-empty) and the syntax validity that counts an empty fill as a failure. The same
+non-empty), the syntax validity that counts an empty fill as a failure, and the share
+of fills with as many lines as the middle (the fill ends where the code ends). The same
 tasks run again with the one-token-per-step baseline on the same weights (`baseline`:
 the autoregressive mode when the model has one, else left to right on the canvas), and
 an empty middle gives the floor (`empty`), so the speed/quality trade-off is one table
@@ -159,6 +160,11 @@ def empty_outcome(task: Task) -> Outcome:
     )
 
 
+def _lines(text: str) -> int:
+    """Lines of code in a fill or middle (a final line break ends a line, it starts none)."""
+    return len(text.rstrip("\n").split("\n")) if text.strip() else 0
+
+
 def _pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, round(q * (len(s) - 1)))]
@@ -177,6 +183,10 @@ def summarize(tasks: list[Task], outcomes: list[Outcome]) -> dict[str, Any]:
         "exact_match": round(sum(o.exact for o in outcomes) / n, 4),
         "syntax_valid": round(sum(checked) / len(checked), 4) if checked else None,
         "non_empty": round(sum(bool(o.fill.strip()) for o in outcomes) / n, 4),
+        # the fill ends where the code ends: as many lines as the middle it replaces
+        "same_line_count": round(
+            sum(_lines(o.fill) == _lines(t.middle) for t, o in zip(tasks, outcomes, strict=True)) / n, 4
+        ),
         "syntax_valid_non_empty": (
             round(sum(bool(o.fill.strip()) and bool(o.syntax_valid) for o in checked_outcomes) / len(checked), 4)
             if checked
@@ -291,8 +301,9 @@ def markdown_table(report: dict[str, Any]) -> str:
     """Rows kind x {diffusion, baseline, empty}; columns EM, non-empty, syntax-valid (and
     counting empty fills as failures), pass@1, steps, p50 ms."""
     lines = [
-        "| kind | decoding | tasks | EM | non-empty | syntax-valid | valid & non-empty | pass@1 | steps/fill | p50 ms |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| kind | decoding | tasks | EM | non-empty | syntax-valid | valid & non-empty | same lines | pass@1 "
+        "| steps/fill | p50 ms |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     base_name = str((report.get("setup", {}).get("baseline") or "baseline").split(",")[0])
     for kind in TABLE_KINDS:
@@ -307,7 +318,8 @@ def markdown_table(report: dict[str, Any]) -> str:
             lines.append(
                 f"| {kind} | {name} | {row['tasks']} | {_cell(row['exact_match'], '.1%')} "
                 f"| {_cell(row.get('non_empty'), '.1%')} | {_cell(row['syntax_valid'], '.1%')} "
-                f"| {_cell(row.get('syntax_valid_non_empty'), '.1%')} | {_cell(row.get('pass_at_1'), '.1%')} "
+                f"| {_cell(row.get('syntax_valid_non_empty'), '.1%')} | {_cell(row.get('same_line_count'), '.1%')} "
+                f"| {_cell(row.get('pass_at_1'), '.1%')} "
                 f"| {row['steps_per_fill']:.1f} | {row['p50_ms']:.0f} |"
             )
     return "\n".join(lines) + "\n"
