@@ -30,16 +30,18 @@ from engine.training import (
 
 log = logging.getLogger(__name__)
 
-# Infill and sampling defaults written into the model's config.json, chosen with
-# bench/sampler_sweep.py for the first model (docs/engine.md): the context it was trained
-# on, and the entropy bound that gave the fewest steps at the best exact match. The
-# prompt-lookup drafter did not save steps for it, so it is off.
+# Infill and sampling defaults written into the model's config.json: the context it was
+# trained on; the entropy bound chosen with bench/sampler_sweep.py for the run-1 default
+# model (100 held-out tasks per kind: bound 1.0 kept single-line syntax-valid-and-non-empty
+# at 66% in 10.9 steps, where 16 fell to 41.5% in 3.2 steps;
+# bench/results/2026-12-01-sampler-sweep-model-1.log). The drafter is off (it did not
+# save steps for the first model).
 DEFAULTS = {
     "canvas_tokens": 32,
     "context_tokens": 256,
     "max_steps": 32,
     "strategy": "entropy_bound",
-    "entropy_bound": 16.0,
+    "entropy_bound": 1.0,
     "drafter": False,
 }
 

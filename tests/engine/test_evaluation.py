@@ -140,11 +140,12 @@ def test_baseline_takes_one_step_per_token(engine: InfillEngine, data: Path) -> 
         l2r = replace(engine.default_sampler(), strategy="left_to_right", max_steps=task.canvas)
         out = run_task(engine, task, l2r, False, None)
         # one step per canvas position the fill used: its tokens, and end-of-fill when
-        # the canvas had room; an empty fill may take one step more (the sampler holds
-        # back a leading position that is likely padding and locks one after it first)
+        # the canvas had room, which the end rule may lock in the same step as the last
+        # token; an empty fill may take one step more (the sampler holds back a leading
+        # position that is likely padding and locks one after it first)
         if out.fill:
             filled += 1
-            assert out.steps == out.tokens, out
+            assert out.tokens - 1 <= out.steps <= out.tokens, out
         else:
             assert out.steps <= out.tokens + 1, out
     assert filled >= 3
