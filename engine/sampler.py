@@ -461,8 +461,11 @@ def run_autoregressive(
         steps += 1  # the first token's logits came with the context's last position
         row_steps[r] += 1
         for i in range(length):
-            if (cancel is not None and cancel()) or (deadline is not None and time.monotonic() >= deadline):
-                reason = "cancelled" if cancel is not None and cancel() else "deadline"
+            if cancel is not None and cancel():
+                reason = "cancelled"
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                reason = "deadline"
                 break
             proc = np.where(barred, -1.0e30, logits / (temp * float(temps[r])))
             if i < cfg.min_tokens:

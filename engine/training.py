@@ -215,16 +215,16 @@ def collate(tok: Tokenizer, examples: Sequence[Example], ctx_len: int, canvas_le
 def canvas_groups(cfg: TrainConfig) -> list[tuple[int, int, list[tuple[TaskKind, float]], float]]:
     """(canvas length, max middle chars, kinds, share) per batch group: a batch holds one
     group, so short fills do not pay for the long canvas that block bodies need."""
+    if cfg.long_canvas_tokens <= 0:  # one canvas for every kind
+        return [(cfg.canvas_tokens, cfg.max_middle_chars, list(MIX), 1.0)]
     groups = []
     for canvas, max_chars, kinds in (
         (cfg.canvas_tokens, cfg.max_middle_chars, [(k, w) for k, w in MIX if k not in LONG_KINDS]),
         (cfg.long_canvas_tokens, cfg.long_max_middle_chars, [(k, w) for k, w in MIX if k in LONG_KINDS]),
     ):
         share = sum(w for _, w in kinds)
-        if share > 0 and canvas > 0:
+        if share > 0:
             groups.append((canvas, max_chars, kinds, share))
-    if cfg.long_canvas_tokens <= 0:  # one canvas for every kind
-        return [(cfg.canvas_tokens, cfg.max_middle_chars, list(MIX), 1.0)]
     return groups
 
 
@@ -420,7 +420,7 @@ def train(
     loss_v = math.nan
     stop_reason = "steps"
 
-    def record(now: float) -> None:
+    def record() -> None:
         nonlocal held
         held = evaluate(model, eval_batches, tok, cfg)
         state.curve.append(
@@ -464,7 +464,7 @@ def train(
         b_, p_ = batch.ctx.shape
         state.tokens += b_ * (p_ + batch.target.shape[1] + (batch.mid.shape[1] if cfg.ar_loss_weight > 0 else 0))
         if eval_batches and state.step % cfg.eval_every == 0:
-            record(time.monotonic())
+            record()
         if progress is not None:
             progress(state.step, loss_v, held.get("canvas") if held else None)
         now = time.monotonic()
@@ -473,7 +473,7 @@ def train(
             last_ckpt = now
             on_checkpoint(state)
     if eval_batches and (not state.curve or state.curve[-1]["step"] != state.step):
-        record(time.monotonic())
+        record()
     state.seconds += time.monotonic() - last_ckpt
     state.runs.append(
         {
