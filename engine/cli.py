@@ -321,7 +321,11 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("-v", "--verbose", action="store_true")
 
     gen = argparse.ArgumentParser(add_help=False)
-    gen.add_argument("--canvas-tokens", type=int, help="fill length budget in tokens")
+    gen.add_argument(
+        "--canvas-tokens",
+        type=int,
+        help="canvas length in tokens (default: the span's budget with --language, else the model's)",
+    )
     gen.add_argument("--context-tokens", type=int, help="context budget in tokens")
     gen.add_argument("--strategy", choices=STRATEGIES)
     gen.add_argument("--steps", type=_int_in(1, 1024), help="maximum denoising steps")

@@ -1,6 +1,8 @@
 """Infill: a request (prefix, suffix, budget) in, ranked candidates with confidences out.
 
 The steps of `InfillEngine.fill`:
+  0. with a language, plan the span (engine.syntax.plan_fill): what the fill completes,
+     one line or many, and the canvas length, its budget, before any sampling;
   1. tokenize prefix and suffix and trim each to its budget, keeping the code nearest
      the cursor; trims snap to whole lines in steps of TRIM_QUANTUM_LINES so that the
      context stays the same while the user types (cache reuse);
@@ -9,7 +11,8 @@ The steps of `InfillEngine.fill`:
   4. build the canvas: a warm start from the previous fill when the new request extends
      the previous one (the typed text matched it), else drafter proposals, else empty;
   5. run the sampler over B candidate canvases in one batch;
-  6. cut each candidate at end-of-fill, decode it, and rank by mean confidence.
+  6. cut each candidate at end-of-fill, decode it, rank alternatives by likelihood (or
+     mean confidence), then validate and cut them to the span through tree-sitter.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from engine.sampler import (
     sequence_logprob,
     to_numpy,
 )
-from engine.syntax import check_candidates
+from engine.syntax import FillPlan, check_candidates, plan_fill
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,7 @@ TRIM_QUANTUM_LINES = 16  # trims move in steps of this many lines (cache-friendl
 MAX_CHARS_PER_TOKEN = 12  # text farther than budget * this from the cursor is never kept
 CANDIDATE_TEMPERATURE = 0.8  # for the extra, sampled candidates
 REFINE_KEEP = 0.3  # refine: tokens the model gives at least this probability are kept
+REGION_SLACK_TOKENS = 16  # a fill in place of a selection may grow this much past it
 # transformers' DiffusionGemmaGenerationConfig defaults (_get_default_generation_params)
 UNIFORM_DEFAULTS: dict[str, Any] = {
     "max_steps": 48,
@@ -65,7 +69,8 @@ class InfillRequest:
     prefix: str
     suffix: str = ""
     language: str | None = None
-    canvas_tokens: int | None = None  # None: the model's default
+    canvas_tokens: int | None = None  # None: the span's budget (with a language), else the model's default
+    max_canvas_tokens: int | None = None  # a cap on that (the user's maxFillTokens); None: no cap
     context_tokens: int | None = None  # None: the model's default
     candidates: int = 1
     seed: int | None = 0
@@ -109,6 +114,8 @@ class InfillResult:
     drafted: int  # canvas positions proposed by the drafter or the warm start
     warm_start: bool
     warnings: list[str] = field(default_factory=list)
+    canvas_tokens: int = 0  # the canvas length the fill ran with
+    span: str | None = None  # the span kind that sized it (engine.spans.SpanKind); None without a language
 
     @property
     def text(self) -> str:
@@ -240,13 +247,24 @@ class InfillEngine:
         sp = self.tok.special
         return [sp.suffix, *suffix_ids, sp.prefix, *prefix_ids, sp.middle], prefix_ids, suffix_ids
 
-    def canvas_length(self, req: InfillRequest, warnings: list[str]) -> int:
-        n = (
-            req.canvas_tokens
-            if req.canvas_tokens is not None
-            else int(self.defaults.get("canvas_tokens", DEFAULT_CANVAS_TOKENS))
-        )
+    def canvas_length(self, req: InfillRequest, warnings: list[str], plan: FillPlan | None = None) -> int:
+        """The canvas: the request's length if it gives one; else the span's budget (a
+        line 32, a body 128: what the fill completes, decided before sampling), grown to
+        hold the text a region fill replaces; else the model's default. The request's
+        cap (the user's maxFillTokens) bounds the last two."""
         limit = min(MAX_CANVAS_TOKENS, self.den.info.max_positions - MIN_CONTEXT_TOKENS)
+        if req.canvas_tokens is not None:
+            n = req.canvas_tokens
+        else:
+            if plan is not None:
+                n = plan.span.budget
+                region = req.refine if req.refine is not None else req.replaced
+                if region:  # as long as the canvas can be: a longer selection is cut short
+                    n = min(max(n, len(self.tok.encode(region)) + REGION_SLACK_TOKENS), limit)
+            else:
+                n = int(self.defaults.get("canvas_tokens", DEFAULT_CANVAS_TOKENS))
+            if req.max_canvas_tokens is not None:
+                n = min(n, req.max_canvas_tokens)
         if not 1 <= n <= limit:
             clamped = min(max(n, 1), limit)
             warnings.append(f"canvas length {n} is out of range 1..{limit}; using {clamped}")
@@ -275,7 +293,10 @@ class InfillEngine:
         req = replace(
             req, prefix=_valid_text(req.prefix, "prefix", warnings), suffix=_valid_text(req.suffix, "suffix", warnings)
         )
-        c = self.canvas_length(req, warnings)
+        # 0. the span, before sampling: what the fill completes and how long it may be
+        replaced = req.refine if req.refine is not None else req.replaced
+        plan = plan_fill(req.prefix, req.suffix, req.language, req.document, replaced)
+        c = self.canvas_length(req, warnings, plan)
         b = max(1, int(req.candidates))
         ctx_ids, prefix_ids, suffix_ids = self.build_context(req, warnings, c)
 
@@ -387,9 +408,10 @@ class InfillEngine:
             sorted(cands[1:], key=lambda k: -(k.logprob if k.logprob is not None else np.log(k.mean_confidence))),
         )
         ranked = [replace(k, text=fit_indent(req.prefix, k.text)) for k in first + rest]
-        if req.check_syntax and req.language:
-            replaced = req.refine if req.refine is not None else req.replaced
-            ranked = check_candidates(self.tok, ranked, req.prefix, req.suffix, req.language, req.document, replaced)
+        if plan is not None and req.check_syntax:
+            ranked = check_candidates(
+                self.tok, ranked, req.prefix, req.suffix, req.language, plan.document, replaced, plan.span
+            )
         self._previous = _Previous(prefix=req.prefix, suffix=req.suffix, text=ranked[0].text if ranked else "")
         for w in warnings:
             log.warning("%s", w)
@@ -404,6 +426,8 @@ class InfillEngine:
             drafted=len(proposal),
             warm_start=warm,
             warnings=warnings,
+            canvas_tokens=c,
+            span=plan.span.kind if plan is not None else None,
         )
 
     def _refine_canvas(self, text: str, state: Any, canvas: Any, c: int) -> tuple[Any, Any]:

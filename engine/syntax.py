@@ -1,18 +1,23 @@
-"""Candidates through tree-sitter: cut to the span's line mode, validated, truncated or
-dropped, and ranked (fills that parse before fills that had to be cut).
+"""The fill's span through tree-sitter, before and after sampling.
 
-Used by infill when the request names a language with a grammar; otherwise candidates
-pass through marked "unchecked".
+Before: `plan_fill` decides what the fill at the cursor completes (the span: one line or
+many, and its canvas budget), so that infill sizes the canvas from it.
+After: `check_candidates` cuts candidates to the span's line mode, validates them, truncates
+or drops them, and ranks them (fills that parse before fills that had to be cut).
+
+Used by infill when the request names a language; without a grammar candidates pass
+through marked "unchecked".
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from engine.spans import Document, count_errors, language_for, select_span, validate_fill
+from engine.spans import Document, Span, count_errors, language_for, select_span, validate_fill
+from engine.spans.select import MULTI_LINE_BUDGET
 from engine.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
@@ -31,6 +36,35 @@ def _keep_tokens(tok: Tokenizer, cand: Candidate, text: str) -> Candidate:
     return replace(cand, text=text, token_ids=cand.token_ids[:n], confidence=cand.confidence[:n])
 
 
+@dataclass(frozen=True)
+class FillPlan:
+    """What a fill completes, decided before sampling."""
+
+    span: Span  # where it ends, one line or many, and its canvas budget
+    document: Document | None  # prefix + suffix parsed (None without a grammar)
+
+
+def plan_fill(
+    prefix: str, suffix: str, language: str | None, document: Document | None = None, replaced: str = ""
+) -> FillPlan | None:
+    """The span of a fill between prefix and suffix; None without a language.
+
+    `document`: the caller's parsed document, used when its text is prefix + suffix.
+    `replaced`: the text the fill takes the place of (a hole marker, a selection): a
+    fill in place of several lines may run to several lines whatever the cursor's span."""
+    if not language:
+        return None
+    lang = language_for(language)
+    text = prefix + suffix
+    doc = None
+    if lang.grammar:
+        doc = document if document is not None and document.text == text else Document(text, lang)
+    span = select_span(text, len(prefix), lang, doc.tree if doc is not None else None)
+    if "\n" in replaced.strip() and not span.multiline:
+        span = replace(span, multiline=True, budget=max(span.budget, MULTI_LINE_BUDGET))
+    return FillPlan(span, doc)
+
+
 def check_candidates(
     tok: Tokenizer,
     candidates: list[Candidate],
@@ -39,6 +73,7 @@ def check_candidates(
     language: str | None,
     document: Document | None = None,
     replaced: str = "",
+    span: Span | None = None,
 ) -> list[Candidate]:
     """Candidates that keep the file parsing no worse, cut where needed, best first.
 
@@ -46,7 +81,8 @@ def check_candidates(
     prefix + suffix (else the text is parsed here). `replaced`: the text the fill takes
     the place of (a hole marker, a selection; nothing at a cursor). For Python, whose
     tree-sitter grammar accepts wrong indentation, a fill must also leave the file
-    compiling when prefix + replaced + suffix did.
+    compiling when prefix + replaced + suffix did. `span`: the span planned before
+    sampling (`plan_fill`), else it is selected here.
     """
     lang = language_for(language)
     if not lang.grammar or not candidates:
@@ -55,7 +91,8 @@ def check_candidates(
     doc = document if document is not None and document.text == text else Document(text, lang)
     if doc.tree is None:
         return candidates
-    span = select_span(text, len(prefix), lang, doc.tree)
+    if span is None:
+        span = select_span(text, len(prefix), lang, doc.tree)
     out: list[Candidate] = []
     strict: bool | None = None  # decided at the first candidate that gets that far
     before = after = ""

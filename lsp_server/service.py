@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -152,8 +153,9 @@ class FillService:
         return engine.fill(
             replace(
                 req,
-                canvas_tokens=s.max_fill_tokens,
+                max_canvas_tokens=s.max_fill_tokens,
                 context_tokens=s.context_tokens,
+                deadline=time.monotonic() + s.deadline_ms / 1000 if req.deadline is None else req.deadline,
                 sampler=replace(engine.default_sampler(), **overrides) if overrides else None,
             )
         )

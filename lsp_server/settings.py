@@ -1,11 +1,18 @@
 """Server settings: nested, fully defaulted dataclasses read from initializationOptions and
 workspace/configuration (section `diffusionLsp`). An invalid value is reported (by name)
-and its default used; unknown keys are ignored."""
+and its default used; unknown keys are ignored.
+
+`OPTIONS` is the one description of every setting: its key on the wire, its type, its
+range or choices and its meaning. Validation is derived from it, `settings_schema()` gives
+it as JSON Schema, and tests/unit/test_settings_schema.py checks that every editor client
+(VS Code's package.json and config.ts, the Emacs defcustoms, the Neovim docs) and the docs
+agree with it.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 from engine.sampler import STRATEGIES
 
@@ -19,62 +26,159 @@ class Settings:
     device: str = "cpu"
     strategy: str | None = None  # None: the model's default
     max_steps: int | None = None
-    max_fill_tokens: int | None = None  # canvas length; None: from the span or the model
+    max_fill_tokens: int | None = None  # cap on the canvas, whose length comes from the span
     context_tokens: int | None = None
     debounce_ms: int = 0
+    deadline_ms: int = 2000  # a fill stops denoising this long after it starts and returns what it has
     alternatives: int = 3  # candidates when the user asks (triggerKind Invoked)
     languages: list[str] = field(default_factory=list)  # empty: all languages
     drafts: bool = False
 
 
-def _check(name: str, value: Any) -> str | None:
-    """Why `value` is not valid for setting `name`, or None."""
-    optional_int = {"max_steps": (1, 1024), "max_fill_tokens": (1, 256), "context_tokens": (16, 1 << 20)}
-    if name in optional_int:
-        lo, hi = optional_int[name]
-        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi):
-            return f"an integer in {lo}..{hi}"
-    elif name in ("debounce_ms", "alternatives"):
-        lo, hi = (0, 5000) if name == "debounce_ms" else (1, 8)
-        if not (isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi):
-            return f"an integer in {lo}..{hi}"
-    elif name == "backend" and value not in BACKENDS:
-        return f"one of {', '.join(BACKENDS)}"
-    elif name == "strategy" and value is not None and value not in STRATEGIES:
-        return f"one of {', '.join(STRATEGIES)}"
-    elif name in ("model", "device") and value is not None and not isinstance(value, str):
-        return "a string"
-    elif name == "languages" and not (isinstance(value, list) and all(isinstance(x, str) for x in value)):
-        return "a list of language ids"
-    elif name == "drafts" and not isinstance(value, bool):
-        return "true or false"
-    return None
+Kind = Literal["integer", "string", "boolean", "strings"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: `name` is the Settings field, `key` its name on the wire."""
+
+    name: str
+    key: str
+    kind: Kind
+    nullable: bool = False  # None (unset) is allowed: the model's or the span's value
+    minimum: int | None = None
+    maximum: int | None = None
+    choices: tuple[str, ...] | None = None
+    description: str = ""
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("model", "model", "string", nullable=True, description="Model directory; unset: the shipped model."),
+    Option("backend", "backend", "string", choices=BACKENDS, description="Inference backend."),
+    Option("device", "device", "string", description="Device: cpu, cuda or cuda:N."),
+    Option(
+        "strategy",
+        "strategy",
+        "string",
+        nullable=True,
+        choices=STRATEGIES,
+        description="Decoding strategy; unset: the model's default.",
+    ),
+    Option(
+        "max_steps",
+        "maxSteps",
+        "integer",
+        True,
+        1,
+        1024,
+        description="Most denoising steps per fill; unset: the model's.",
+    ),
+    Option(
+        "max_fill_tokens",
+        "maxFillTokens",
+        "integer",
+        True,
+        1,
+        256,
+        description="Cap on a fill's canvas (tokens), whose length comes from the syntax span; unset: no cap.",
+    ),
+    Option(
+        "context_tokens",
+        "contextTokens",
+        "integer",
+        True,
+        16,
+        1 << 20,
+        description="Context tokens around the cursor; unset: the model's default.",
+    ),
+    Option(
+        "debounce_ms",
+        "debounceMs",
+        "integer",
+        minimum=0,
+        maximum=5000,
+        description="Wait (ms) before an automatic fill starts; a newer request in that time replaces it.",
+    ),
+    Option(
+        "deadline_ms",
+        "deadlineMs",
+        "integer",
+        minimum=50,
+        maximum=60000,
+        description="A fill stops denoising this long (ms) after it starts and answers with what it has.",
+    ),
+    Option(
+        "alternatives",
+        "alternatives",
+        "integer",
+        minimum=1,
+        maximum=8,
+        description="Candidates when you ask for a suggestion explicitly.",
+    ),
+    Option("languages", "languages", "strings", description="Language ids the server fills; empty: all."),
+    Option("drafts", "drafts", "boolean", description="Send diffusion/draft notifications as the fill forms."),
+)
+_BY_KEY = {o.key: o for o in OPTIONS}
+_DEFAULTS = Settings()
+
+
+def _check(opt: Option, value: Any) -> str | None:
+    """Why `value` is not valid for `opt`, or None."""
+    if value is None and opt.nullable:
+        return None
+    if opt.kind == "integer":
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        ok = ok and (opt.minimum is None or value >= opt.minimum) and (opt.maximum is None or value <= opt.maximum)
+        return None if ok else f"an integer in {opt.minimum}..{opt.maximum}"
+    if opt.kind == "boolean":
+        return None if isinstance(value, bool) else "true or false"
+    if opt.kind == "strings":
+        return None if isinstance(value, list) and all(isinstance(x, str) for x in value) else "a list of strings"
+    if opt.choices is not None:
+        return None if value in opt.choices else f"one of {', '.join(opt.choices)}"
+    return None if isinstance(value, str) else "a string"
+
+
+def settings_schema() -> dict[str, Any]:
+    """The settings as JSON Schema properties, keyed by their names on the wire."""
+    out: dict[str, Any] = {}
+    for opt in OPTIONS:
+        base = {"strings": "array"}.get(opt.kind, opt.kind)
+        prop: dict[str, Any] = {"type": [base, "null"] if opt.nullable else base}
+        default = getattr(_DEFAULTS, opt.name)
+        prop["default"] = list(default) if isinstance(default, list) else default
+        if opt.kind == "strings":
+            prop["items"] = {"type": "string"}
+        if opt.minimum is not None:
+            prop["minimum"] = opt.minimum
+        if opt.maximum is not None:
+            prop["maximum"] = opt.maximum
+        if opt.choices is not None:
+            prop["enum"] = [*opt.choices, None] if opt.nullable else list(opt.choices)
+        prop["description"] = opt.description
+        out[opt.key] = prop
+    return out
 
 
 def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, list[str]]:
-    """(settings, problems): each problem names the setting and what it should be."""
+    """(settings, problems): each problem names the setting and what it should be.
+    Keys are the wire names; the Settings field names are accepted too."""
     base = base or Settings()
     if raw is None:
         return base, []
     if not isinstance(raw, dict):
         return base, ["diffusionLsp settings must be an object; using the defaults"]
     raw = raw.get("diffusionLsp", raw)
-    names = {f.name for f in fields(Settings)}
-    camel = {
-        "maxSteps": "max_steps",
-        "maxFillTokens": "max_fill_tokens",
-        "contextTokens": "context_tokens",
-        "debounceMs": "debounce_ms",
-    }
+    names = {o.name: o for o in OPTIONS}
     changes: dict[str, Any] = {}
     problems: list[str] = []
     for key, value in raw.items():
-        name = camel.get(key, key)
-        if name not in names:
+        opt = _BY_KEY.get(key) or names.get(key)
+        if opt is None:
             continue
-        why = _check(name, value)
+        why = _check(opt, value)
         if why is not None:
             problems.append(f"diffusionLsp.{key} must be {why} (got {value!r}); using the default")
         else:
-            changes[name] = value
+            changes[opt.name] = value
     return replace(base, **changes), problems

@@ -99,8 +99,9 @@ listed here is served by diffusion-lsp instead of its usual server."
   :type '(choice (const :tag "Model default" nil) integer))
 
 (defcustom diffusion-lsp-max-fill-tokens nil
-  "Canvas length in tokens (1..256); nil to size it from the span."
-  :type '(choice (const :tag "From the span" nil) integer))
+  "Cap on a fill's canvas in tokens (1..256); nil for none.
+The canvas length comes from the syntax span (a line 32, a body 128)."
+  :type '(choice (const :tag "No cap" nil) integer))
 
 (defcustom diffusion-lsp-context-tokens nil
   "Context budget in tokens; nil for the model's default."
@@ -108,6 +109,11 @@ listed here is served by diffusion-lsp instead of its usual server."
 
 (defcustom diffusion-lsp-debounce-ms nil
   "Server-side debounce in milliseconds (0..5000); nil for the default."
+  :type '(choice (const :tag "Server default" nil) integer))
+
+(defcustom diffusion-lsp-deadline-ms nil
+  "Milliseconds after which a fill stops and answers with what it has (50..60000).
+nil for the server's default (2000)."
   :type '(choice (const :tag "Server default" nil) integer))
 
 (defcustom diffusion-lsp-alternatives nil
@@ -151,6 +157,7 @@ Settings left at nil are omitted, so the server's defaults apply."
                  (:maxFillTokens . ,diffusion-lsp-max-fill-tokens)
                  (:contextTokens . ,diffusion-lsp-context-tokens)
                  (:debounceMs . ,diffusion-lsp-debounce-ms)
+                 (:deadlineMs . ,diffusion-lsp-deadline-ms)
                  (:alternatives . ,diffusion-lsp-alternatives)
                  (:languages . ,(and diffusion-lsp-languages (vconcat diffusion-lsp-languages))))))
     (append (cl-loop for (key . value) in pairs when value append (list key value))

@@ -225,3 +225,34 @@ def test_a_blank_line_asks_for_a_line() -> None:
     assert on_blank_line("x = 1\r\n\t", "\r\n")
     assert not on_blank_line("def f():\n    return ", "\n")  # typing inside a line
     assert not on_blank_line("def f():\n", "    return 1\n")  # code after the cursor on its line
+
+
+BODY_PREFIX = "def total(items):\n    count = 0\n    "
+BODY_SUFFIX = "\n    return count\n"
+
+
+def test_the_span_sizes_the_canvas_before_sampling(engine: InfillEngine) -> None:
+    block = engine.fill(InfillRequest(prefix=BODY_PREFIX, suffix=BODY_SUFFIX, language="python"))
+    line = engine.fill(InfillRequest(prefix="def f(x):\n    return x +", suffix=" 1\n", language="python"))
+    plain = engine.fill(InfillRequest(prefix=BODY_PREFIX, suffix=BODY_SUFFIX))  # no language: the model's
+    assert (block.span, block.canvas_tokens) == ("block", 128)
+    assert line.canvas_tokens == 32 and line.span != "block"
+    assert (plain.span, plain.canvas_tokens) == (None, 16)
+
+
+def test_the_users_cap_bounds_the_span_and_an_explicit_length_wins(engine: InfillEngine) -> None:
+    capped = engine.fill(InfillRequest(prefix=BODY_PREFIX, suffix=BODY_SUFFIX, language="python", max_canvas_tokens=40))
+    given = engine.fill(InfillRequest(prefix=BODY_PREFIX, suffix=BODY_SUFFIX, language="python", canvas_tokens=24))
+    small = engine.fill(InfillRequest(prefix="x = ", suffix="\n", language="python", max_canvas_tokens=64))
+    assert capped.canvas_tokens == 40
+    assert given.canvas_tokens == 24
+    assert small.canvas_tokens == 32  # a cap never raises the span's budget
+
+
+def test_a_region_fill_gets_a_canvas_that_holds_the_text_it_replaces(engine: InfillEngine) -> None:
+    old = "".join(f"    total = total + values[{i}] * weights[{i}]\n" for i in range(6))
+    prefix, suffix = "def f(values, weights):\n    total = 0\n", "    return total\n"
+    r = engine.fill(InfillRequest(prefix=prefix, suffix=suffix, language="python", replaced=old))
+    assert r.canvas_tokens >= len(engine.tok.encode(old)) > 128
+    huge = engine.fill(InfillRequest(prefix=prefix, suffix=suffix, language="python", replaced=old * 4))
+    assert huge.canvas_tokens == 256 and not huge.warnings  # as long as a canvas can be, quietly

@@ -269,6 +269,7 @@ def test_the_server_is_well_after_the_fuzz(client: StdioClient) -> None:
         "maxFillTokens": None,
         "contextTokens": None,
         "debounceMs": 0,
+        "deadlineMs": 2000,
         "alternatives": 1,
         "languages": [],
         "drafts": False,

@@ -15,6 +15,7 @@ const SERVER_KEYS = [
   "maxFillTokens",
   "contextTokens",
   "debounceMs",
+  "deadlineMs",
   "alternatives",
   "languages",
   "drafts",
