@@ -116,6 +116,7 @@ class InfillResult:
     warnings: list[str] = field(default_factory=list)
     canvas_tokens: int = 0  # the canvas length the fill ran with
     span: str | None = None  # the span kind that sized it (engine.spans.SpanKind); None without a language
+    error: str | None = None  # why there is no fill (a remote engine's fault), for the user
 
     @property
     def text(self) -> str:

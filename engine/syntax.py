@@ -26,10 +26,11 @@ if TYPE_CHECKING:
 _RANK = {"ok": 0, "truncated": 1, "unchecked": 2}
 
 
-def _keep_tokens(tok: Tokenizer, cand: Candidate, text: str) -> Candidate:
-    """`cand` cut to `text` (a prefix of its text): the tokens that fit, their confidences."""
-    if text == cand.text:
-        return replace(cand)
+def _keep_tokens(tok: Tokenizer | None, cand: Candidate, text: str) -> Candidate:
+    """`cand` cut to `text` (a prefix of its text): the tokens that fit, their confidences
+    (a remote engine's candidates carry no tokens, and come with no tokenizer)."""
+    if text == cand.text or tok is None:
+        return replace(cand, text=text)
     n = 0
     while n < len(cand.token_ids) and len(tok.decode(cand.token_ids[: n + 1])) <= len(text):
         n += 1
@@ -66,7 +67,7 @@ def plan_fill(
 
 
 def check_candidates(
-    tok: Tokenizer,
+    tok: Tokenizer | None,
     candidates: list[Candidate],
     prefix: str,
     suffix: str,
@@ -109,7 +110,9 @@ def check_candidates(
         kept = _keep_tokens(tok, cand, verdict.fill)
         kept.syntax = verdict.status
         out.append(kept)
-    return sorted(out, key=lambda c: _RANK.get(c.syntax, 2))  # stable: greedy first among equals
+    ranked = sorted(out, key=lambda c: _RANK.get(c.syntax, 2))  # stable: greedy first among equals
+    seen: set[str] = set()  # a candidate cut to parse may now equal another one
+    return [c for c in ranked if not (c.text in seen or seen.add(c.text))]
 
 
 PYTHON_COMPILE_LIMIT = 500_000  # characters: past this, tree-sitter's verdict alone

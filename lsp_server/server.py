@@ -29,7 +29,7 @@ from pygls.protocol import LanguageServerProtocol
 from engine.spans import Document, enclosing_node, expand_selection, find_holes, language_for
 from lsp_server import convert
 from lsp_server.service import FillAnswer, FillService
-from lsp_server.settings import parse_settings
+from lsp_server.settings import engine_changed, parse_settings
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,10 @@ class DiffusionServer(LanguageServer):
     def __init__(self) -> None:
         super().__init__(NAME, VERSION, protocol_cls=TolerantProtocol)
         self.fills = FillService()
+        # an engine fault (a remote endpoint down) is told once, as a warning
+        self.fills.notify = lambda message: self.window_show_message(
+            types.ShowMessageParams(types.MessageType.Warning, f"diffusion-lsp: {message}")
+        )
         self.model_ready = threading.Event()
         self.trees: dict[str, Document] = {}  # per open document: its syntax tree, kept incrementally
         self.request_seq: dict[str, int] = {}  # per document: the newest completion request
@@ -447,7 +451,7 @@ def _apply_settings(ls: DiffusionServer, raw: Any, load: bool) -> None:
     for problem in problems:
         ls.window_show_message(types.ShowMessageParams(types.MessageType.Warning, problem))
     ls.fills.settings = settings
-    if load and (settings.model, settings.backend, settings.device) != (old.model, old.backend, old.device):
+    if load and engine_changed(old, settings):
         ls.model_ready.clear()  # requests wait for the new model
         threading.Thread(target=_load_model, args=(ls,), daemon=True, name="diffusion-load").start()
 

@@ -22,6 +22,7 @@ from typing import Any
 from engine.errors import EngineError
 from engine.infill import Candidate, InfillEngine, InfillRequest, InfillResult
 from engine.modeldir import load_model
+from engine.remote import RemoteConfig, RemoteEngine
 from lsp_server.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ class FillAnswer:
 
 class FillService:
     def __init__(self) -> None:
-        self.engine: InfillEngine | None = None
+        self.engine: InfillEngine | RemoteEngine | None = None
         self.load_error: str | None = None
         self.settings = Settings()
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diffusion-fill")
@@ -54,19 +55,40 @@ class FillService:
         self._flags: dict[str, threading.Event] = {}
         self._shown: dict[str, _Shown] = {}
         self._lock = threading.Lock()
+        self.notify: Callable[[str], None] | None = None  # tells the user (the server's showMessage)
+        self._last_error: str | None = None  # an engine fault is told once, until a fill works again
 
     # -- model
     def load(self, settings: Settings) -> str | None:
-        """Load the model the settings name; returns an error message, or None."""
+        """Load the engine the settings name (a remote endpoint, or a model directory);
+        returns an error message, or None."""
         self.settings = settings
+        old, self.engine = self.engine, None
+        if isinstance(old, RemoteEngine):
+            old.close()
         try:
-            model = load_model(Path(settings.model) if settings.model else None, settings.backend, settings.device)
+            if settings.endpoint:
+                engine: InfillEngine | RemoteEngine = RemoteEngine(
+                    RemoteConfig(
+                        endpoint=settings.endpoint,
+                        dialect=settings.dialect,  # type: ignore[arg-type]
+                        model=settings.remote_model,
+                        path=settings.endpoint_path,
+                        api_key_env=settings.api_key_env,
+                        timeout_s=settings.request_timeout_ms / 1000,
+                        verify_tls=settings.tls_verify,
+                    )
+                )
+                where = f"{settings.endpoint} ({settings.dialect})"
+            else:
+                model = load_model(Path(settings.model) if settings.model else None, settings.backend, settings.device)
+                engine, where = InfillEngine(model), f"{model.path} ({model.backend} backend)"
         except EngineError as exc:
-            self.engine, self.load_error = None, str(exc)
-            log.error("model not loaded: %s", exc)
+            self.load_error = str(exc)
+            log.error("engine not loaded: %s", exc)
             return self.load_error
-        self.engine, self.load_error = InfillEngine(model), None
-        log.info("model loaded from %s (%s backend)", model.path, model.backend)
+        self.engine, self.load_error, self._last_error = engine, None, None
+        log.info("fills from %s", where)
         return None
 
     # -- cancellation
@@ -132,6 +154,7 @@ class FillService:
         if engine is None or flag.is_set():
             return None
         result = self._fill(engine, req)
+        self._report(result.error)
         with self._lock:
             if self._flags.get(uri) is flag:
                 del self._flags[uri]
@@ -141,14 +164,26 @@ class FillService:
             self._shown[uri] = _Shown(req.prefix, req.suffix, result.candidates[0].text)
         return FillAnswer(result.candidates)
 
-    def _fill(self, engine: InfillEngine, req: InfillRequest) -> InfillResult:
-        """engine.fill with the settings' budgets and sampler overrides."""
+    def _report(self, error: str | None) -> None:
+        """Tell the user of an engine fault once (not on every keystroke), and again only
+        after a fill has worked in between or the fault changed."""
+        if error is None:
+            self._last_error = None
+            return
+        if error != self._last_error:
+            self._last_error = error
+            log.warning("%s", error)
+            if self.notify is not None:
+                self.notify(error)
+
+    def _fill(self, engine: InfillEngine | RemoteEngine, req: InfillRequest) -> InfillResult:
+        """engine.fill with the settings' budgets, deadline and sampler overrides (a remote
+        endpoint decodes as its own server is configured)."""
         s = self.settings
-        overrides: dict[str, Any] = {}
-        if s.strategy:
-            overrides["strategy"] = s.strategy
-        if s.max_steps:
-            overrides["max_steps"] = s.max_steps
+        overrides: dict[str, Any] = {k: v for k, v in (("strategy", s.strategy), ("max_steps", s.max_steps)) if v}
+        sampler = None
+        if overrides and isinstance(engine, InfillEngine):
+            sampler = replace(engine.default_sampler(), **overrides)
         self.engine_calls += 1
         return engine.fill(
             replace(
@@ -156,7 +191,7 @@ class FillService:
                 max_canvas_tokens=s.max_fill_tokens,
                 context_tokens=s.context_tokens,
                 deadline=time.monotonic() + s.deadline_ms / 1000 if req.deadline is None else req.deadline,
-                sampler=replace(engine.default_sampler(), **overrides) if overrides else None,
+                sampler=sampler,
             )
         )
 
@@ -179,5 +214,7 @@ class FillService:
             candidates=REGION_CANDIDATES,
             replaced=replaced,
         )
-        texts = [c.text for c in self._fill(engine, req).candidates]
+        result = self._fill(engine, req)
+        self._report(result.error)
+        texts = [c.text for c in result.candidates]
         return next((t for t in texts if t.strip()), "")

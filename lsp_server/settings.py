@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from engine.remote import DIALECTS
 from engine.sampler import STRATEGIES
 
 BACKENDS = ("auto", "onnx", "torch", "diffusion_gemma")
@@ -33,6 +34,33 @@ class Settings:
     alternatives: int = 3  # candidates when the user asks (triggerKind Invoked)
     languages: list[str] = field(default_factory=list)  # empty: all languages
     drafts: bool = False
+    # a remote engine (docs/remote.md): set `endpoint` and the fills come from it
+    endpoint: str | None = None  # http(s) URL of the inference server; None: the local model
+    dialect: str = "vllm"
+    remote_model: str | None = None  # the served model's name
+    endpoint_path: str | None = None  # None: the dialect's path
+    api_key_env: str | None = None  # the environment variable holding the API key (never the key)
+    request_timeout_ms: int = 10000
+    tls_verify: bool = True
+
+
+# settings whose change means loading the engine again
+ENGINE_FIELDS = (
+    "model",
+    "backend",
+    "device",
+    "endpoint",
+    "dialect",
+    "remote_model",
+    "endpoint_path",
+    "api_key_env",
+    "request_timeout_ms",
+    "tls_verify",
+)
+
+
+def engine_changed(old: Settings, new: Settings) -> bool:
+    return any(getattr(old, f) != getattr(new, f) for f in ENGINE_FIELDS)
 
 
 Kind = Literal["integer", "string", "boolean", "strings"]
@@ -117,6 +145,38 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("languages", "languages", "strings", description="Language ids the server fills; empty: all."),
     Option("drafts", "drafts", "boolean", description="Send diffusion/draft notifications as the fill forms."),
+    Option(
+        "endpoint",
+        "endpoint",
+        "string",
+        nullable=True,
+        description="URL of an inference server (vLLM, a hosted FIM API, llama-server); unset: the local model.",
+    ),
+    Option("dialect", "dialect", "string", choices=DIALECTS, description="What the endpoint speaks."),
+    Option("remote_model", "remoteModel", "string", nullable=True, description="The served model's name."),
+    Option(
+        "endpoint_path",
+        "endpointPath",
+        "string",
+        nullable=True,
+        description="Request path on the endpoint; unset: the dialect's (/v1/completions, /infill).",
+    ),
+    Option(
+        "api_key_env",
+        "apiKeyEnv",
+        "string",
+        nullable=True,
+        description="Name of the environment variable that holds the API key (the key itself never goes in settings).",
+    ),
+    Option(
+        "request_timeout_ms",
+        "requestTimeoutMs",
+        "integer",
+        minimum=100,
+        maximum=600000,
+        description="Wait (ms) for the endpoint to connect and for each piece of its reply.",
+    ),
+    Option("tls_verify", "tlsVerify", "boolean", description="Verify the endpoint's TLS certificate."),
 )
 _BY_KEY = {o.key: o for o in OPTIONS}
 _DEFAULTS = Settings()

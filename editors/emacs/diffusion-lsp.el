@@ -128,6 +128,39 @@ nil for the server's default (2000)."
   "Whether the server sends drafts (not used by this client yet)."
   :type 'boolean)
 
+(defcustom diffusion-lsp-endpoint nil
+  "URL of an inference server to fill from.
+vLLM, a hosted FIM API or llama-server; nil for the local model.
+See docs/remote.md."
+  :type '(choice (const :tag "Local model" nil) string))
+
+(defcustom diffusion-lsp-dialect nil
+  "What `diffusion-lsp-endpoint' speaks.
+\"vllm\", \"openai-fim\" or \"llama-infill\"; nil for the server's default (vllm)."
+  :type '(choice (const :tag "Server default" nil) string))
+
+(defcustom diffusion-lsp-remote-model nil
+  "The served model's name, sent with each request; nil to send none."
+  :type '(choice (const :tag "None" nil) string))
+
+(defcustom diffusion-lsp-endpoint-path nil
+  "Request path on the endpoint; nil for the dialect's."
+  :type '(choice (const :tag "The dialect's" nil) string))
+
+(defcustom diffusion-lsp-api-key-env nil
+  "Name of the environment variable that holds the endpoint's API key.
+The key itself is never put in a setting."
+  :type '(choice (const :tag "No key" nil) string))
+
+(defcustom diffusion-lsp-request-timeout-ms nil
+  "Milliseconds to wait for the endpoint to connect and for each reply piece.
+nil for the server's default (10000)."
+  :type '(choice (const :tag "Server default" nil) integer))
+
+(defcustom diffusion-lsp-tls-verify t
+  "Non-nil to verify the endpoint's TLS certificate."
+  :type 'boolean)
+
 (defcustom diffusion-lsp-request-timeout 60
   "Seconds to wait for a fill, a code action command or a next edit.
 The first request waits for the model to load."
@@ -159,9 +192,16 @@ Settings left at nil are omitted, so the server's defaults apply."
                  (:debounceMs . ,diffusion-lsp-debounce-ms)
                  (:deadlineMs . ,diffusion-lsp-deadline-ms)
                  (:alternatives . ,diffusion-lsp-alternatives)
-                 (:languages . ,(and diffusion-lsp-languages (vconcat diffusion-lsp-languages))))))
+                 (:languages . ,(and diffusion-lsp-languages (vconcat diffusion-lsp-languages)))
+                 (:endpoint . ,diffusion-lsp-endpoint)
+                 (:dialect . ,diffusion-lsp-dialect)
+                 (:remoteModel . ,diffusion-lsp-remote-model)
+                 (:endpointPath . ,diffusion-lsp-endpoint-path)
+                 (:apiKeyEnv . ,diffusion-lsp-api-key-env)
+                 (:requestTimeoutMs . ,diffusion-lsp-request-timeout-ms))))
     (append (cl-loop for (key . value) in pairs when value append (list key value))
-            (list :drafts (if diffusion-lsp-drafts t :json-false)))))
+            (list :drafts (if diffusion-lsp-drafts t :json-false)
+                  :tlsVerify (if diffusion-lsp-tls-verify t :json-false)))))
 
 (cl-defmethod eglot-initialization-options ((_server diffusion-lsp-server))
   "Send the `diffusion-lsp' customization group as initializationOptions."

@@ -19,6 +19,13 @@ const SERVER_KEYS = [
   "alternatives",
   "languages",
   "drafts",
+  "endpoint",
+  "dialect",
+  "remoteModel",
+  "endpointPath",
+  "apiKeyEnv",
+  "requestTimeoutMs",
+  "tlsVerify",
 ] as const;
 
 /** The server's settings as initializationOptions: `{diffusionLsp: {...}}`, unset values left out
