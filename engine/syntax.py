@@ -111,8 +111,10 @@ def check_candidates(
         kept.syntax = verdict.status
         out.append(kept)
     ranked = sorted(out, key=lambda c: _RANK.get(c.syntax, 2))  # stable: greedy first among equals
-    seen: set[str] = set()  # a candidate cut to parse may now equal another one
-    return [c for c in ranked if not (c.text in seen or seen.add(c.text))]
+    unique: dict[str, Candidate] = {}  # a candidate cut to parse may now equal another one
+    for c in ranked:
+        unique.setdefault(c.text, c)
+    return list(unique.values())
 
 
 PYTHON_COMPILE_LIMIT = 500_000  # characters: past this, tree-sitter's verdict alone
