@@ -6,7 +6,7 @@ torch. See docs/spans.md for the rules.
 
 from engine.spans.document import Document
 from engine.spans.languages import LANGUAGES, Language, language_for, parser_for
-from engine.spans.regions import enclosing_node, expand_selection, find_holes
+from engine.spans.regions import RegionFill, enclosing_node, expand_selection, fill_holes_jointly, find_holes
 from engine.spans.select import Span, SpanKind, select_span
 from engine.spans.validate import Verdict, count_errors, validate_fill
 
@@ -14,12 +14,14 @@ __all__ = [
     "LANGUAGES",
     "Document",
     "Language",
+    "RegionFill",
     "Span",
     "SpanKind",
     "Verdict",
     "count_errors",
     "enclosing_node",
     "expand_selection",
+    "fill_holes_jointly",
     "find_holes",
     "language_for",
     "parser_for",

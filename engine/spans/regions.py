@@ -3,6 +3,7 @@ next-edit suggestion, and every hole in a file for joint filling."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from engine.spans.document import Document
@@ -107,3 +108,42 @@ def find_holes(doc: Document) -> list[Span]:
                 holes.append(Span(at, at, "hole", True, MULTI_LINE_BUDGET))
             stack.extend(node.children)
     return sorted(set(holes), key=lambda s: (s.start, s.end))
+
+
+# fill(prefix, suffix, refine, replaced) -> the fill ("" for none): refine is the text to
+# keep the likely tokens of (None: fill from scratch), replaced the text the fill takes
+# the place of
+RegionFill = Callable[[str, str, str | None, str], str]
+
+
+def fill_holes_jointly(text: str, holes: list[Span], fill: RegionFill) -> list[str | None]:
+    """Fills for `holes` (in document order) that agree with each other; None for a
+    hole left as it is (a blank fill would delete it).
+
+    A first pass fills each hole, last to first, in the text where the later holes are
+    already filled; a second pass refines each fill (its unlikely tokens re-filled) in the
+    text where every other hole holds its fill, so the earlier fills also see the later
+    ones. (One span per fill: a canvas ends with end-of-fill, so it cannot hold several.)"""
+    fills = [text[h.start : h.end] for h in holes]  # the markers, until filled
+    bounds = [0] + [x for h in holes for x in (h.start, h.end)] + [len(text)]
+    gaps = [text[bounds[2 * i] : bounds[2 * i + 1]] for i in range(len(holes) + 1)]  # text between holes
+
+    def around(k: int) -> tuple[str, str]:
+        """The text before and after hole k, every other hole holding its fill."""
+        before = "".join(gaps[i] + fills[i] for i in range(k)) + gaps[k]
+        after = gaps[k + 1] + "".join(fills[i] + gaps[i + 1] for i in range(k + 1, len(holes)))
+        return before, after
+
+    filled = [False] * len(holes)
+    for k in reversed(range(len(holes))):
+        prefix, suffix = around(k)
+        got = fill(prefix, suffix, None, fills[k])
+        if got.strip():
+            fills[k], filled[k] = got, True
+    if sum(filled) > 1:
+        for k in range(len(holes)):
+            if filled[k]:
+                prefix, suffix = around(k)
+                better = fill(prefix, suffix, fills[k], fills[k])
+                fills[k] = better if better.strip() else fills[k]
+    return [f if ok else None for f, ok in zip(fills, filled, strict=True)]

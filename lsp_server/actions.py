@@ -1,0 +1,206 @@
+"""Edits the user asks for: code actions (fill hole, fill all holes, regenerate or refine
+a selection) run as commands that apply versioned WorkspaceEdits, and diffusion/inlineEdit
+(next edit suggestion). A region for which no fill parses is left as it is."""
+
+from __future__ import annotations
+
+import asyncio
+
+from lsprotocol import converters, types
+from pygls.exceptions import JsonRpcInvalidParams
+from pygls.workspace import TextDocument
+
+from engine.spans import enclosing_node, expand_selection, fill_holes_jointly, find_holes
+from lsp_server import convert
+from lsp_server.context import DiffusionServer, grammar_name, model_ready, open_document, require, syntax_tree, tell
+
+INLINE_EDIT = "diffusion/inlineEdit"  # custom request: next edit suggestion
+MAX_INLINE_EDIT_CHARS = 2000  # a next-edit rewrites a statement, not a whole file
+_CONVERTER = converters.get_converter()
+
+
+def code_action(ls: DiffusionServer, params: types.CodeActionParams) -> list[types.CodeAction] | None:
+    """The actions that apply at the range: fill the hole on its lines, fill every hole,
+    regenerate or refine a non-empty selection."""
+    require(params, types.CodeActionParams)
+    uri = params.text_document.uri
+    doc = open_document(ls, uri)
+    if doc is None:
+        return None
+    start = convert.locate(doc, params.range.start)
+    end = convert.locate(doc, params.range.end)
+    holes = find_holes(syntax_tree(ls, uri, doc))
+    line_start, line_end = doc.source.rfind("\n", 0, start.offset) + 1, doc.source.find("\n", end.offset)
+    line_end = len(doc.source) if line_end == -1 else line_end
+    here = [h for h in holes if line_start <= h.start <= line_end]
+    actions = []
+    if here:
+        pos = convert.position_at(doc, here[0].start)
+        actions.append(_action("Fill hole", "diffusion.fillHole", [uri, pos.line, pos.character]))
+    if holes:
+        actions.append(_action("Fill all holes in file", "diffusion.fillAllHoles", [uri]))
+    if end.offset > start.offset:
+        rng = [uri, start.position.line, start.position.character, end.position.line, end.position.character]
+        actions.append(_action("Regenerate selection", "diffusion.regenerateSelection", rng))
+        actions.append(_action("Refine selection", "diffusion.refineSelection", rng))
+    return actions or None
+
+
+async def fill_hole(ls: DiffusionServer, uri: str, line: int, character: int) -> types.WorkspaceEdit | None:
+    doc = open_document(ls, uri)
+    if doc is None:
+        return None
+    at = convert.locate(doc, types.Position(line, character)).offset
+    holes = [h for h in find_holes(syntax_tree(ls, uri, doc)) if h.start <= at <= h.end]
+    if not holes:
+        return None
+    return await _replace(ls, doc, uri, holes[0].start, holes[0].end)
+
+
+async def fill_all_holes(ls: DiffusionServer, uri: str) -> types.WorkspaceEdit | None:
+    """Every hole filled so that the fills agree (engine.spans.fill_holes_jointly), on
+    the worker, as one edit."""
+    doc = open_document(ls, uri)
+    if doc is None:
+        return None
+    text, version, lang = doc.source, doc.version, grammar_name(doc)
+    holes = find_holes(syntax_tree(ls, uri, doc))
+    if not holes:
+        return None
+    await model_ready(ls)
+
+    def region(prefix: str, suffix: str, refine: str | None, replaced: str) -> str:
+        return ls.fills.fill_region(prefix, suffix, lang, refine, replaced)
+
+    fills = await asyncio.wrap_future(ls.fills.worker.submit(fill_holes_jointly, text, holes, region))
+    now = open_document(ls, uri)
+    if now is None or now.version != version:
+        return None
+    edits = [
+        types.TextEdit(types.Range(convert.position_at(doc, h.start), convert.position_at(doc, h.end)), fill)
+        for h, fill in zip(holes, fills, strict=True)
+        if fill is not None
+    ]
+    if len(edits) < len(holes):
+        tell(
+            ls, f"no fill that parses for {len(holes) - len(edits)} of {len(holes)} holes; those were left as they are"
+        )
+    if not edits:
+        return None
+    return _edit(ls, uri, version, edits, apply=True, label="Fill all holes")
+
+
+async def regenerate_selection(
+    ls: DiffusionServer, uri: str, sl: int, sc: int, el: int, ec: int
+) -> types.WorkspaceEdit | None:
+    return await _rewrite_selection(ls, uri, types.Range(types.Position(sl, sc), types.Position(el, ec)), False)
+
+
+async def refine_selection(
+    ls: DiffusionServer, uri: str, sl: int, sc: int, el: int, ec: int
+) -> types.WorkspaceEdit | None:
+    return await _rewrite_selection(ls, uri, types.Range(types.Position(sl, sc), types.Position(el, ec)), True)
+
+
+async def inline_edit(ls: DiffusionServer, params: object) -> dict[str, object]:
+    """Next edit suggestion: the statement around the position, refined (its unlikely
+    tokens re-filled). Answer: {"edits": [{"range", "text", "textDocument": {"uri",
+    "version"}}]}, the shape Copilot's inline edits use; no edits when nothing changes."""
+    uri, _version, position = _inline_edit_params(params)
+    doc = open_document(ls, uri)
+    if doc is None or not doc.source.strip():
+        return {"edits": []}
+    at = convert.locate(doc, position).offset
+    lo, hi = enclosing_node(syntax_tree(ls, uri, doc), at)
+    if hi - lo > MAX_INLINE_EDIT_CHARS or (lo, hi) == (0, len(doc.source)):
+        return {"edits": []}  # no statement here (a blank line): nothing to suggest
+    old = doc.source[lo:hi]
+    edit = await _replace(ls, doc, uri, lo, hi, refine=True, apply=False)
+    if edit is None or not edit.document_changes:
+        return {"edits": []}
+    change = edit.document_changes[0].edits[0]  # type: ignore[union-attr]
+    assert isinstance(change, types.TextEdit)
+    if change.new_text == old or not change.new_text.strip():
+        return {"edits": []}
+    rng = _CONVERTER.unstructure(change.range)
+    return {"edits": [{"range": rng, "text": change.new_text, "textDocument": {"uri": uri, "version": doc.version}}]}
+
+
+async def _rewrite_selection(
+    ls: DiffusionServer, uri: str, rng: types.Range, refine: bool
+) -> types.WorkspaceEdit | None:
+    """Regenerate (everything masked) or refine (unlikely tokens masked) a selection grown
+    to whole syntax nodes."""
+    doc = open_document(ls, uri)
+    if doc is None:
+        return None
+    lo = convert.locate(doc, rng.start).offset
+    hi = convert.locate(doc, rng.end).offset
+    lo, hi = expand_selection(syntax_tree(ls, uri, doc), lo, hi)
+    return await _replace(ls, doc, uri, lo, hi, refine=refine)
+
+
+async def _replace(
+    ls: DiffusionServer, doc: TextDocument, uri: str, start: int, end: int, refine: bool = False, apply: bool = True
+) -> types.WorkspaceEdit | None:
+    """Fill text[start:end] from its surroundings (or refine the text there) and apply the
+    edit in the client. The range and version are those of the text the fill was made
+    for; when the document changes meanwhile, the fill is dropped."""
+    text, version = doc.source, doc.version
+    rng = types.Range(convert.position_at(doc, start), convert.position_at(doc, end))
+    current = text[start:end] if refine else None
+    await model_ready(ls)
+    work = ls.fills.worker.submit(
+        ls.fills.fill_region, text[:start], text[end:], grammar_name(doc), current, text[start:end]
+    )
+    fill = await asyncio.wrap_future(work)
+    now = open_document(ls, uri)
+    if now is None or now.version != version:
+        return None
+    if not fill.strip():  # never delete the user's code for want of a fill
+        if apply:
+            tell(ls, "no fill that parses here; the text was left as it is")
+        return None
+    return _edit(ls, uri, version, [types.TextEdit(rng, fill)], apply)
+
+
+def _edit(
+    ls: DiffusionServer,
+    uri: str,
+    version: int | None,
+    edits: list[types.TextEdit],
+    apply: bool,
+    label: str = "diffusion-lsp",
+) -> types.WorkspaceEdit:
+    """The edits as one WorkspaceEdit for that version of the document, applied in the
+    client when `apply` (the client refuses it if the document has changed since)."""
+    edit = convert.versioned_edit(uri, version, edits)
+    if apply:
+        ls.workspace_apply_edit(types.ApplyWorkspaceEditParams(edit, label=label))
+    return edit
+
+
+def _action(title: str, command: str, arguments: list[object]) -> types.CodeAction:
+    """A rewrite code action that runs one of our commands."""
+    cmd = types.Command(title=title, command=command, arguments=arguments)
+    return types.CodeAction(title, kind=types.CodeActionKind.RefactorRewrite, command=cmd)
+
+
+def _inline_edit_params(params: object) -> tuple[str, int | None, types.Position]:
+    """(uri, version, position) of a diffusion/inlineEdit request; InvalidParams else."""
+
+    def get(obj: object, key: str) -> object:
+        return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
+
+    doc, pos = get(params, "textDocument"), get(params, "position")
+    uri, line, character = get(doc, "uri"), get(pos, "line"), get(pos, "character")
+    if (
+        not isinstance(uri, str)
+        or not isinstance(line, int)
+        or not isinstance(character, int)
+        or line < 0
+        or character < 0
+    ):
+        raise JsonRpcInvalidParams("diffusion/inlineEdit needs textDocument.uri and a position")
+    version = get(doc, "version")
+    return uri, version if isinstance(version, int) else None, types.Position(line, character)
