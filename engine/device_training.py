@@ -559,7 +559,12 @@ def step_save(
     dest = out / MODEL_DIR
     dest.mkdir(parents=True, exist_ok=True)
     sp = tok.special
-    defaults = {**DEFAULTS, "context_tokens": cfg.context_tokens, "canvas_tokens": cfg.canvas_tokens}
+    defaults = {
+        **DEFAULTS,
+        "context_tokens": cfg.context_tokens,
+        "canvas_tokens": cfg.canvas_tokens,
+        "max_canvas_tokens": max(cfg.canvas_tokens, cfg.long_canvas_tokens),  # the longest it trained on
+    }
     config = {  # as engine.modeldir.save_model_dir writes it
         "format_version": FORMAT_VERSION,
         "model_type": MODEL_TYPE,

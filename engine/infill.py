@@ -250,15 +250,18 @@ class InfillEngine:
 
     def canvas_length(self, req: InfillRequest, warnings: list[str], plan: FillPlan | None = None) -> int:
         """The canvas: the request's length if it gives one; else the span's budget (a
-        line 32, a body 128: what the fill completes, decided before sampling), grown to
-        hold the text a region fill replaces; else the model's default. The request's
+        line 32, a body 128: what the fill completes, decided before sampling) within the
+        longest canvas the model was trained on (config.json defaults
+        `max_canvas_tokens`), grown to hold the text a region fill replaces (a shorter
+        canvas would cut the rewrite short); else the model's default. The request's
         cap (the user's maxFillTokens) bounds the last two."""
         limit = min(MAX_CANVAS_TOKENS, self.den.info.max_positions - MIN_CONTEXT_TOKENS)
         if req.canvas_tokens is not None:
             n = req.canvas_tokens
         else:
             if plan is not None:
-                n = plan.span.budget
+                # the span's budget, within the longest canvas the model was trained on
+                n = min(plan.span.budget, int(self.defaults.get("max_canvas_tokens", MAX_CANVAS_TOKENS)))
                 region = req.refine if req.refine is not None else req.replaced
                 if region:  # as long as the canvas can be: a longer selection is cut short
                     n = min(max(n, len(self.tok.encode(region)) + REGION_SLACK_TOKENS), limit)

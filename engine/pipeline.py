@@ -186,7 +186,8 @@ def run_training(
     # written next to `out` and renamed into place: a run killed meanwhile leaves no half model
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    save_model_dir(tmp, model, tok, "absorbing", DEFAULTS, card, autoregressive=cfg.ar_loss_weight > 0)
+    defaults = {**DEFAULTS, "max_canvas_tokens": max(cfg.canvas_tokens, cfg.long_canvas_tokens)}
+    save_model_dir(tmp, model, tok, "absorbing", defaults, card, autoregressive=cfg.ar_loss_weight > 0)
     if corpora:  # what the weights were trained on ships with them, next to the card
         (tmp / DATA_MANIFEST).write_text(data_manifest(corpora), encoding="utf-8")
     shutil.rmtree(out, ignore_errors=True)

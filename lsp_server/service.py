@@ -176,9 +176,10 @@ class FillService:
             if self.notify is not None:
                 self.notify(error)
 
-    def _fill(self, engine: InfillEngine | RemoteEngine, req: InfillRequest) -> InfillResult:
-        """engine.fill with the settings' budgets, deadline and sampler overrides (a remote
-        endpoint decodes as its own server is configured)."""
+    def _fill(self, engine: InfillEngine | RemoteEngine, req: InfillRequest, timed: bool = True) -> InfillResult:
+        """engine.fill with the settings' budgets, sampler overrides (a remote endpoint
+        decodes as its own server is configured) and, when `timed`, the deadline
+        (completions while typing; a command the user asked for runs to its end)."""
         s = self.settings
         overrides: dict[str, Any] = {k: v for k, v in (("strategy", s.strategy), ("max_steps", s.max_steps)) if v}
         sampler = None
@@ -190,7 +191,7 @@ class FillService:
                 req,
                 max_canvas_tokens=s.max_fill_tokens,
                 context_tokens=s.context_tokens,
-                deadline=time.monotonic() + s.deadline_ms / 1000 if req.deadline is None else req.deadline,
+                deadline=time.monotonic() + s.deadline_ms / 1000 if timed and req.deadline is None else req.deadline,
                 sampler=sampler,
             )
         )
@@ -214,7 +215,7 @@ class FillService:
             candidates=REGION_CANDIDATES,
             replaced=replaced,
         )
-        result = self._fill(engine, req)
+        result = self._fill(engine, req, timed=False)
         self._report(result.error)
         texts = [c.text for c in result.candidates]
         return next((t for t in texts if t.strip()), "")

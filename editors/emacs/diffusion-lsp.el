@@ -3,6 +3,9 @@
 ;; Copyright (C) 2026 The diffusion-lsp authors
 ;; SPDX-License-Identifier: Apache-2.0
 
+;; Author: The diffusion-lsp authors
+;; Maintainer: The diffusion-lsp authors
+
 ;; Version: 0.1.0
 ;; Package-Requires: ((emacs "28.1") (eglot "1.9") (jsonrpc "1.0.14"))
 ;; Keywords: languages, tools, convenience
@@ -13,11 +16,13 @@
 ;; from a diffusion language model looking at the code on both sides of
 ;; the cursor.  Everything goes through eglot:
 ;;
-;; - an `eglot-server-programs' entry that starts `diffusion-lsp' (see
+;; - `diffusion-lsp-eglot-mode', a global minor mode: an
+;;   `eglot-server-programs' entry that starts `diffusion-lsp' (see
 ;;   `diffusion-lsp-server-command') for the modes in
 ;;   `diffusion-lsp-major-modes', with its settings sent as
 ;;   initializationOptions (the `diffusionLsp' object) from the
-;;   customization group `diffusion-lsp';
+;;   customization group `diffusion-lsp'.  Loading this file changes
+;;   nothing until the mode is on;
 ;; - completion-at-point: eglot's own (its exit function mended for
 ;;   eglot 1.9); the fill is the item marked ✦;
 ;; - `diffusion-lsp-fill-holes', `diffusion-lsp-fill-hole',
@@ -31,8 +36,9 @@
 ;;   eglot's connection, shows the first item as an overlay after point,
 ;;   accepts it with TAB and dismisses it on the next command or edit.
 ;;
-;; Usage: load this file, open a Python file, M-x eglot.  See
-;; editors/emacs/README.md.
+;; Usage: load this file, M-x diffusion-lsp-eglot-mode (or
+;; `(diffusion-lsp-eglot-mode 1)' in your init), open a Python file,
+;; M-x eglot.  See editors/emacs/README.md.
 
 ;;; Code:
 
@@ -50,10 +56,12 @@
 
 ;;;; Server and settings
 
+(defvar diffusion-lsp-eglot-mode)      ; defined at the end
+
 (defun diffusion-lsp--set-and-register (symbol value)
-  "Set SYMBOL to VALUE and refresh the `eglot-server-programs' entry."
+  "Set SYMBOL to VALUE and refresh the `eglot-server-programs' entry, if any."
   (set-default symbol value)
-  (when (fboundp 'diffusion-lsp--register)
+  (when (and (bound-and-true-p diffusion-lsp-eglot-mode) (fboundp 'diffusion-lsp--register))
     (diffusion-lsp--register)))
 
 (defcustom diffusion-lsp-server-command '("diffusion-lsp")
@@ -372,8 +380,6 @@ that undoes the inserted label right (see the comment above)."
                 ,@others)))
     (_ capf)))
 
-(advice-add 'eglot-completion-at-point :filter-return #'diffusion-lsp--completion-at-point)
-
 ;;;; Inline completion: ghost text
 
 (defvar diffusion-lsp-inline-mode)      ; defined below
@@ -562,7 +568,22 @@ Off elsewhere, and when eglot stops managing it: for
    (if (and (eglot-managed-p) (cl-typep (eglot-current-server) 'diffusion-lsp-server)) 1 -1)))
 
 (add-to-list 'emulation-mode-map-alists 'diffusion-lsp--emulation-alist)
-(diffusion-lsp--register)
+
+;;;###autoload
+(define-minor-mode diffusion-lsp-eglot-mode
+  "Use diffusion-lsp as eglot's server for `diffusion-lsp-major-modes'.
+On, an entry goes first in `eglot-server-programs' for those modes:
+eglot runs one server per buffer, so they leave the servers they had.
+Off, the entry is removed.  Loading the package changes nothing until
+this mode is on."
+  :global t
+  :group 'diffusion-lsp
+  (if diffusion-lsp-eglot-mode
+      (progn
+        (diffusion-lsp--register)
+        (advice-add 'eglot-completion-at-point :filter-return #'diffusion-lsp--completion-at-point))
+    (setq eglot-server-programs (cl-remove #'diffusion-lsp--contact eglot-server-programs :key #'cdr))
+    (advice-remove 'eglot-completion-at-point #'diffusion-lsp--completion-at-point)))
 
 (provide 'diffusion-lsp)
 ;;; diffusion-lsp.el ends here

@@ -10,7 +10,7 @@
 ;;
 ;; (or `t' for the whole suite).  Each test visits a fresh copy of a fixture from
 ;; fixtures/e2e (DIFFUSION_LSP_TEST_FIXTURES to use other ones) in python-mode, connects eglot through the
-;; `eglot-server-programs' entry of diffusion-lsp.el (so the server started is
+;; `eglot-server-programs' entry of `diffusion-lsp-eglot-mode' (so the server started is
 ;; the one that entry names, with its initializationOptions), and drives it as a
 ;; user would.  The model is small and weak: the tests never look at what a fill
 ;; says, only that it is there, in place, and that the file still parses.
@@ -22,6 +22,7 @@
 (require 'eglot)
 (require 'python)
 (require 'diffusion-lsp)
+(diffusion-lsp-eglot-mode 1)            ; loading alone changes nothing
 
 (defvar diffusion-lsp-test-fixtures
   (or (getenv "DIFFUSION_LSP_TEST_FIXTURES")

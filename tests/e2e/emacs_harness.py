@@ -94,3 +94,10 @@ def byte_compile(emacs: str, out: Path) -> subprocess.CompletedProcess[str]:
         str(copy),
     ]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=out, timeout=EMACS_TIMEOUT_S)
+
+
+def run_eval(emacs: str, form: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """Evaluate `form` in `emacs --batch` with the package on the load path."""
+    cmd = [emacs, "--batch", "-L", str(PACKAGE_DIR), "--eval", form]
+    env = {**os.environ, "HOME": str(home)}
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=EMACS_TIMEOUT_S)

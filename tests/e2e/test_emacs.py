@@ -85,3 +85,18 @@ def test_second_request_is_served_and_the_first_dropped(emacs: str, tmp_path: Pa
 
 def test_next_edit_is_shown_and_applied(emacs: str, tmp_path: Path) -> None:
     check(emacs, "diffusion-lsp-test-next-edit", tmp_path)
+
+
+def test_loading_changes_nothing_until_the_mode_is_on(emacs: str, tmp_path: Path) -> None:
+    """Emacs convention: loading a package must not take modes from their usual servers."""
+    probe = (
+        "(progn (require 'eglot) (let ((before (copy-tree eglot-server-programs)))"
+        " (require 'diffusion-lsp)"
+        ' (princ (format "loaded:%s " (equal before eglot-server-programs)))'
+        " (diffusion-lsp-eglot-mode 1)"
+        ' (princ (format "on:%s " (eq (cdr (car eglot-server-programs)) #\'diffusion-lsp--contact)))'
+        " (diffusion-lsp-eglot-mode -1)"
+        ' (princ (format "off:%s" (equal before eglot-server-programs)))))'
+    )
+    done = emacs_harness.run_eval(emacs, probe, tmp_path)
+    assert "loaded:t on:t off:t" in done.stdout, done.stdout + done.stderr

@@ -256,3 +256,16 @@ def test_a_region_fill_gets_a_canvas_that_holds_the_text_it_replaces(engine: Inf
     assert r.canvas_tokens >= len(engine.tok.encode(old)) > 128
     huge = engine.fill(InfillRequest(prefix=prefix, suffix=suffix, language="python", replaced=old * 4))
     assert huge.canvas_tokens == 256 and not huge.warnings  # as long as a canvas can be, quietly
+
+
+def test_the_span_budget_stays_within_the_canvas_the_model_was_trained_on(engine: InfillEngine) -> None:
+    engine.defaults = {**engine.defaults, "max_canvas_tokens": 48}
+    block = engine.fill(InfillRequest(prefix=BODY_PREFIX, suffix=BODY_SUFFIX, language="python"))
+    assert (block.span, block.canvas_tokens) == ("block", 48)
+    old = "".join(f"    total = total + values[{i}]\n" for i in range(6))
+    region = engine.fill(
+        InfillRequest(
+            prefix="def f(values):\n    total = 0\n", suffix="    return total\n", language="python", replaced=old
+        )
+    )
+    assert region.canvas_tokens > 48  # a rewrite is never cut short to the trained length

@@ -1,7 +1,8 @@
 --- diffusion-lsp for Neovim: starts the diffusion-lsp language server for the configured
 --- filetypes, shows its fills as ghost text (vim.lsp.inline_completion, Neovim 0.12+) or
 --- in the completion menu (older versions, or `inline = false`), renders drafts as the
---- fill forms, and adds user commands for the server's rewrites:
+--- fill forms. The user commands for the server's rewrites (plugin/diffusion_lsp.lua,
+--- defined at load):
 ---
 ---   :DiffusionFillHoles     fill every hole in the buffer
 ---   :DiffusionFillHole      fill the hole at the cursor
@@ -166,28 +167,6 @@ local function start(bufnr)
   vim.lsp.start(config, { bufnr = bufnr })
 end
 
---- Define the user commands.
-local function commands()
-  local cmd = api.nvim_create_user_command
-  cmd('DiffusionFillHoles', function()
-    actions.fill_holes()
-  end, { desc = 'diffusion-lsp: fill every hole in the buffer' })
-  cmd('DiffusionFillHole', function()
-    actions.fill_hole()
-  end, { desc = 'diffusion-lsp: fill the hole at the cursor' })
-  cmd('DiffusionRegenerate', function(o)
-    local bufnr = api.nvim_get_current_buf()
-    actions.rewrite(bufnr, actions.selection(bufnr, o.line1, o.line2), false)
-  end, { range = true, desc = 'diffusion-lsp: regenerate the selection' })
-  cmd('DiffusionRefine', function(o)
-    local bufnr = api.nvim_get_current_buf()
-    actions.rewrite(bufnr, actions.selection(bufnr, o.line1, o.line2), true)
-  end, { range = true, desc = 'diffusion-lsp: refine the selection (re-fill its unlikely tokens)' })
-  cmd('DiffusionNextEdit', function(o)
-    actions.next_edit(nil, o.bang)
-  end, { bang = true, desc = 'diffusion-lsp: suggest the next edit (again, or with !, to apply it)' })
-end
-
 --- Configure and start the plugin. Errors name an invalid option.
 ---@param opts? diffusion_lsp.Opts
 function M.setup(opts)
@@ -196,7 +175,6 @@ function M.setup(opts)
   api.nvim_create_autocmd('LspAttach', { group = group, callback = on_attach })
   drafts.setup()
   actions.setup()
-  commands()
   if vim.lsp.config ~= nil and vim.lsp.enable ~= nil then
     vim.lsp.config(M.NAME, client_config(M.config))
     vim.lsp.enable(M.NAME)
