@@ -77,21 +77,16 @@ async def fill_at(
         if shown is None:
             return None, None
         where = shown
-    seq = ls.request_seq[uri] = ls.request_seq.get(uri, 0) + 1
-
-    def still_current() -> bool:
-        current = open_document(ls, uri)
-        return current is not None and current.version == version and ls.request_seq.get(uri) == seq
-
+    flag = ls.fills.begin(uri)  # this request supersedes the document's older one
     if debounce and settings.debounce_ms and ls.fills.type_through(uri, prefix, suffix) is None:
         await asyncio.sleep(settings.debounce_ms / 1000)
-        if not still_current():
+        if flag.is_set():
             return None, None
     await model_ready(ls)
     lang = grammar_name(doc)
     tree = syntax_tree(ls, uri, doc) if lang and selected is None else None
     on_draft = _draft_sender(ls, uri, version, where.position) if drafts and settings.drafts else None
-    future, flag = ls.fills.submit(uri, prefix, suffix, lang, candidates, still_current, tree, on_draft)
+    future = ls.fills.submit(uri, prefix, suffix, lang, candidates, flag, tree, on_draft)
     try:
         answer = await asyncio.wrap_future(future)
     except asyncio.CancelledError:  # $/cancelRequest: stop this fill (not a newer one) between steps
@@ -100,7 +95,7 @@ async def fill_at(
     except Exception:  # an engine bug: logged, an empty answer, the server goes on
         log.exception("fill failed for %s", uri)
         return None, None
-    if answer is None or not still_current():
+    if answer is None or flag.is_set():  # cancelled, or the document moved on meanwhile
         return None, None
     return answer, where
 

@@ -65,8 +65,6 @@ class DiffusionServer(LanguageServer):
             types.ShowMessageParams(types.MessageType.Warning, f"diffusion-lsp: {message}")
         )
         self.model_ready = threading.Event()
-        self.trees: dict[str, Document] = {}  # per open document: its syntax tree, kept incrementally
-        self.request_seq: dict[str, int] = {}  # per document: the newest completion request
         self.model_override: str | None = None  # --model: wins over the settings' model
 
 
@@ -91,7 +89,8 @@ def syntax_tree(ls: DiffusionServer, uri: str, doc: TextDocument) -> Document:
     incrementally from the previous version's tree. Each version is a new object, so a
     fill on the worker thread keeps a consistent text and tree while edits arrive."""
     version = doc.version if doc.version is not None else 0  # an open document always has one
-    cached = ls.trees.get(uri)
+    record = ls.fills.document(uri)
+    cached: Document | None = record.tree
     if cached is not None and cached.version == version and cached.text == doc.source:
         return cached
     if cached is None:
@@ -99,7 +98,7 @@ def syntax_tree(ls: DiffusionServer, uri: str, doc: TextDocument) -> Document:
     else:
         tree = copy.copy(cached)
         tree.update(doc.source, version)
-    ls.trees[uri] = tree
+    record.tree = tree
     return tree
 
 

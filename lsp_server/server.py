@@ -100,9 +100,7 @@ def did_change(ls: DiffusionServer, params: types.DidChangeTextDocumentParams) -
 
 
 def did_close(ls: DiffusionServer, params: types.DidCloseTextDocumentParams) -> None:
-    ls.fills.forget(params.text_document.uri)
-    ls.trees.pop(params.text_document.uri, None)
-    ls.request_seq.pop(params.text_document.uri, None)
+    ls.fills.forget(params.text_document.uri)  # its one record: tree, request, suggestion
 
 
 def stats(ls: DiffusionServer, *args: object) -> dict[str, object]:

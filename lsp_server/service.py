@@ -1,9 +1,12 @@
 """The fill service between the LSP handlers and the engine: one model, one worker thread,
-per-document cancellation and type-through. It knows LSP only as far as document URIs.
+one record per open document. It knows LSP only as far as document URIs.
 
 - One worker runs fills one at a time (the engine and the machine's cores are shared).
-- Per document only the newest request matters: a new request or an edit sets the
-  previous request's cancel flag, which the sampler checks between denoising steps.
+- One record per open document (`OpenDocument`): its syntax tree, the cancel flag of its
+  newest request, and the suggestion last shown; `forget` drops it when it closes.
+- One cancellation mechanism, that flag: a new request (`begin`), an edit, a close or
+  $/cancelRequest sets the previous request's flag; the sampler checks it between
+  denoising steps, a debounced request before it starts, and an answer before it goes out.
 - Type-through: when the text typed since the last suggestion is the start of that
   suggestion, the rest is the answer at once, with no engine call.
 """
@@ -40,6 +43,15 @@ class _Shown:
 
 
 @dataclass
+class OpenDocument:
+    """What the server keeps for one open document."""
+
+    tree: Any | None = None  # its spans Document, reparsed incrementally (lsp_server.context)
+    request: threading.Event | None = None  # the cancel flag of its newest request
+    shown: _Shown | None = None  # the last suggestion returned, for type-through
+
+
+@dataclass
 class FillAnswer:
     candidates: list[Candidate]
     from_type_through: bool = False
@@ -52,8 +64,7 @@ class FillService:
         self.settings = Settings()
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diffusion-fill")
         self.engine_calls = 0
-        self._flags: dict[str, threading.Event] = {}
-        self._shown: dict[str, _Shown] = {}
+        self.docs: dict[str, OpenDocument] = {}
         self._lock = threading.Lock()
         self.notify: Callable[[str], None] | None = None  # tells the user (the server's showMessage)
         self._last_error: str | None = None  # an engine fault is told once, until a fill works again
@@ -91,22 +102,40 @@ class FillService:
         log.info("fills from %s", where)
         return None
 
-    # -- cancellation
-    def cancel(self, uri: str) -> None:
-        """Stop the running fill for `uri` at its next denoising step."""
+    # -- documents and cancellation
+    def document(self, uri: str) -> OpenDocument:
+        """The record of an open document (made on first use)."""
         with self._lock:
-            flag = self._flags.pop(uri, None)
-        if flag is not None:
-            flag.set()
+            return self.docs.setdefault(uri, OpenDocument())
+
+    def begin(self, uri: str) -> threading.Event:
+        """A new request for `uri`: the older one is cancelled; returns the new one's flag."""
+        flag = threading.Event()
+        with self._lock:
+            record = self.docs.setdefault(uri, OpenDocument())
+            old, record.request = record.request, flag
+        if old is not None:
+            old.set()
+        return flag
+
+    def cancel(self, uri: str) -> None:
+        """Stop the newest request for `uri` (at its fill's next denoising step)."""
+        with self._lock:
+            record = self.docs.get(uri)
+        if record is not None and record.request is not None:
+            record.request.set()
 
     def forget(self, uri: str) -> None:
+        """The document closed: its request stops and its record goes."""
         self.cancel(uri)
-        self._shown.pop(uri, None)
+        with self._lock:
+            self.docs.pop(uri, None)
 
     # -- fills
     def type_through(self, uri: str, prefix: str, suffix: str) -> str | None:
         """The rest of the last suggestion when the user typed its start, else None."""
-        shown = self._shown.get(uri)
+        record = self.docs.get(uri)
+        shown = record.shown if record is not None else None
         if shown is None or suffix != shown.suffix or not prefix.startswith(shown.prefix):
             return None
         typed = prefix[len(shown.prefix) :]
@@ -121,33 +150,29 @@ class FillService:
         suffix: str,
         language: str | None,
         candidates: int,
-        still_current: Callable[[], bool],
+        flag: threading.Event,
         document: Any | None = None,
         on_draft: Callable[[int, list[str]], None] | None = None,
-    ) -> tuple[Future[FillAnswer | None], threading.Event]:
-        """Run a fill on the worker: (future, its cancel flag). The future gives None when
-        the fill was cancelled or the document moved on. A newer request for the same
-        document cancels this one. `document`: the spans Document of prefix + suffix;
-        `on_draft(step, texts)`: called on the worker at each denoising step."""
-        flag = threading.Event()
+    ) -> Future[FillAnswer | None]:
+        """Run a fill on the worker for the request whose flag `begin` gave. The future
+        gives None when the flag was set (a newer request, an edit) before the answer.
+        `document`: the spans Document of prefix + suffix; `on_draft(step, texts)`:
+        called on the worker at each denoising step."""
         rest = self.type_through(uri, prefix, suffix)
         if rest is not None:
             done: Future[FillAnswer | None] = Future()
             done.set_result(FillAnswer([Candidate(text=rest, token_ids=[], confidence=[])], from_type_through=True))
-            return done, flag
-        self.cancel(uri)
-        with self._lock:
-            self._flags[uri] = flag
+            return done
         req = InfillRequest(
             prefix=prefix,
             suffix=suffix,
             language=language,
             candidates=candidates,
-            cancel=lambda: flag.is_set() or not still_current(),
+            cancel=flag.is_set,
             document=document,
             on_draft=on_draft,
         )
-        return self.worker.submit(self._run, uri, req, flag), flag
+        return self.worker.submit(self._run, uri, req, flag)
 
     def _run(self, uri: str, req: InfillRequest, flag: threading.Event) -> FillAnswer | None:
         engine = self.engine
@@ -155,13 +180,13 @@ class FillService:
             return None
         result = self._fill(engine, req)
         self._report(result.error)
-        with self._lock:
-            if self._flags.get(uri) is flag:
-                del self._flags[uri]
-        if req.cancel is not None and req.cancel() or result.stop_reason == "cancelled":
+        if flag.is_set() or result.stop_reason == "cancelled":
             return None
         if result.candidates:
-            self._shown[uri] = _Shown(req.prefix, req.suffix, result.candidates[0].text)
+            with self._lock:
+                record = self.docs.get(uri)
+            if record is not None:
+                record.shown = _Shown(req.prefix, req.suffix, result.candidates[0].text)
         return FillAnswer(result.candidates)
 
     def _report(self, error: str | None) -> None:
