@@ -80,6 +80,9 @@ class InfillRequest:
     use_drafter: bool | None = None  # None: the model's default
     warm_start: bool = True
     on_draft: Callable[[int, list[str]], None] | None = None  # step, text of each candidate
+    extra_files: list[tuple[str, str]] = field(
+        default_factory=list
+    )  # (name, text) of related files: repository context for engines that take it
     check_syntax: bool = True  # with a language that has a grammar: validate and cut candidates
     refine: str | None = (
         None  # existing text between prefix and suffix: keep the tokens the model finds likely, re-fill the rest

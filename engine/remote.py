@@ -241,7 +241,7 @@ class RemoteEngine:
             body: dict[str, Any] = {
                 "input_prefix": prefix,
                 "input_suffix": suffix,
-                "input_extra": [],
+                "input_extra": [{"filename": name, "text": text} for name, text in req.extra_files],
                 "n_predict": budget,
                 "cache_prompt": True,
                 "temperature": temperature,

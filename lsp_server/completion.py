@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from urllib.parse import unquote, urlsplit
 
 from lsprotocol import types
 from pygls.workspace import TextDocument
 
+from engine.remote import RemoteEngine
 from lsp_server import convert
 from lsp_server.context import DiffusionServer, grammar_name, language, model_ready, open_document, require, syntax_tree
 from lsp_server.service import FillAnswer
@@ -17,6 +19,8 @@ from lsp_server.service import FillAnswer
 log = logging.getLogger(__name__)
 
 DRAFT = "diffusion/draft"  # custom notification: a fill as it forms (clients opt in)
+EXTRA_FILES = 4  # other open documents sent as repository context to an engine that takes it
+EXTRA_FILE_CHARS = 4000
 
 
 async def inline_completion(
@@ -86,7 +90,8 @@ async def fill_at(
     lang = grammar_name(doc)
     tree = syntax_tree(ls, uri, doc) if lang and selected is None else None
     on_draft = _draft_sender(ls, uri, version, where.position) if drafts and settings.drafts else None
-    future = ls.fills.submit(uri, prefix, suffix, lang, candidates, flag, tree, on_draft)
+    extra = _other_files(ls, doc) if isinstance(ls.fills.engine, RemoteEngine) else None
+    future = ls.fills.submit(uri, prefix, suffix, lang, candidates, flag, tree, on_draft, extra)
     try:
         answer = await asyncio.wrap_future(future)
     except asyncio.CancelledError:  # $/cancelRequest: stop this fill (not a newer one) between steps
@@ -138,6 +143,17 @@ def _draft_sender(
         loop.call_soon_threadsafe(ls.protocol.notify, DRAFT, params)
 
     return send
+
+
+def _other_files(ls: DiffusionServer, doc: TextDocument) -> list[tuple[str, str]]:
+    """Repository context for a remote engine that takes it (llama-server's input_extra):
+    the other open documents of the same language, at most EXTRA_FILES of them, each cut
+    to EXTRA_FILE_CHARS."""
+    out: list[tuple[str, str]] = []
+    for other in list(ls.workspace.text_documents.values()):
+        if other.uri != doc.uri and other.language_id == doc.language_id and len(out) < EXTRA_FILES:
+            out.append((unquote(urlsplit(other.uri).path) or other.uri, other.source[:EXTRA_FILE_CHARS]))
+    return out
 
 
 def _reads_markdown(ls: DiffusionServer) -> bool:

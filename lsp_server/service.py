@@ -153,11 +153,13 @@ class FillService:
         flag: threading.Event,
         document: Any | None = None,
         on_draft: Callable[[int, list[str]], None] | None = None,
+        extra_files: list[tuple[str, str]] | None = None,
     ) -> Future[FillAnswer | None]:
         """Run a fill on the worker for the request whose flag `begin` gave. The future
         gives None when the flag was set (a newer request, an edit) before the answer.
         `document`: the spans Document of prefix + suffix; `on_draft(step, texts)`:
-        called on the worker at each denoising step."""
+        called on the worker at each denoising step; `extra_files`: (name, text) of other
+        open files, for engines that take repository context."""
         rest = self.type_through(uri, prefix, suffix)
         if rest is not None:
             done: Future[FillAnswer | None] = Future()
@@ -171,6 +173,7 @@ class FillService:
             cancel=flag.is_set,
             document=document,
             on_draft=on_draft,
+            extra_files=extra_files or [],
         )
         return self.worker.submit(self._run, uri, req, flag)
 

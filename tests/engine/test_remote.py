@@ -66,13 +66,20 @@ def test_openai_fim_sends_prompt_and_suffix_to_the_configured_path(engine_server
 def test_llama_infill_sends_its_fields_and_reads_content(engine_server: Engine) -> None:
     engine_server.reply = lambda h, b: json_reply(h, 200, {"content": "count", "tokens_cached": 10})
     r = remote(engine_server.url, dialect="llama-infill").fill(
-        InfillRequest(prefix=PREFIX, suffix=SUFFIX, language="python", deadline=time.monotonic() + 5)
+        InfillRequest(
+            prefix=PREFIX,
+            suffix=SUFFIX,
+            language="python",
+            deadline=time.monotonic() + 5,
+            extra_files=[("/work/util.py", "def helper():\n    return 1\n")],
+        )
     )
     sent = engine_server.seen[-1]
     assert sent.path == "/infill" and r.text == "count"
     assert (sent.body["input_prefix"], sent.body["input_suffix"]) == (PREFIX, SUFFIX)
     assert sent.body["n_predict"] == 32 and sent.body["cache_prompt"] is True
     assert 0 < sent.body["t_max_predict_ms"] <= 5000 and "model" not in sent.body
+    assert sent.body["input_extra"] == [{"filename": "/work/util.py", "text": "def helper():\n    return 1\n"}]
 
 
 def test_a_streamed_fill_sends_drafts_as_it_forms(engine_server: Engine) -> None:

@@ -79,6 +79,18 @@ async def test_alternatives_are_asked_for_and_validated(client: LanguageClient, 
     assert texts == ["count", "sum(items)"]  # `count +` cut to `count`, a duplicate: dropped
 
 
+async def test_other_open_files_go_along_as_repository_context(client: LanguageClient, fake: Engine) -> None:
+    other = "file:///work/util.py"
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(types.TextDocumentItem(other, "python", 1, "def helper():\n    return 1\n"))
+    )
+    fake.reply = choices
+    assert await inline(client, types.InlineCompletionTriggerKind.Automatic) == ["count"]
+    # the vllm dialect has no field for them: the prompt holds only this file
+    assert "helper" not in fake.seen[-1].body["prompt"]
+    client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(other)))
+
+
 async def test_a_fault_is_told_once_and_the_server_keeps_serving(client: LanguageClient, fake: Engine) -> None:
     fake.reply = lambda h, b: json_reply(h, 400, {"error": {"message": "model 'dg' does not exist"}})
     before = len(client.messages)
