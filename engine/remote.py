@@ -130,7 +130,6 @@ class _Watcher:
 @dataclass
 class _Reply:
     texts: list[str] = field(default_factory=list)  # one per candidate
-    finished: bool = True
 
 
 class RemoteEngine:
@@ -148,6 +147,11 @@ class RemoteEngine:
         self._conn: http.client.HTTPConnection | None = None
         self._backoff = _Backoff()
         self.requests = 0  # sent to the engine (for tests and stats)
+
+    @property
+    def takes_extra_files(self) -> bool:
+        """Whether the dialect sends repository context (llama-server's input_extra)."""
+        return self.cfg.dialect == "llama-infill"
 
     # -- the same surface as InfillEngine
     def default_sampler(self) -> SamplerConfig:
@@ -313,10 +317,7 @@ class RemoteEngine:
                 if reused and attempt == 0:  # the server closed an idle kept-alive connection
                     continue
                 raise self._unreachable(f"{self.cfg.endpoint} closed the connection") from exc
-            except _Cancelled:
-                self.close()
-                raise
-            except RemoteError:
+            except (_Cancelled, RemoteError):
                 self.close()
                 raise
             except TimeoutError as exc:

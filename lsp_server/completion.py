@@ -90,7 +90,8 @@ async def fill_at(
     lang = grammar_name(doc)
     tree = syntax_tree(ls, uri, doc) if lang and selected is None else None
     on_draft = _draft_sender(ls, uri, version, where.position) if drafts and settings.drafts else None
-    extra = _other_files(ls, doc) if isinstance(ls.fills.engine, RemoteEngine) else None
+    engine = ls.fills.engine
+    extra = _other_files(ls, doc) if isinstance(engine, RemoteEngine) and engine.takes_extra_files else None
     future = ls.fills.submit(uri, prefix, suffix, lang, candidates, flag, tree, on_draft, extra)
     try:
         answer = await asyncio.wrap_future(future)
