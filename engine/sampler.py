@@ -200,15 +200,115 @@ def pad_after_end(canvas: Any, locked: Any, eof_id: int, pad_id: int) -> tuple[A
     return canvas, xp.logical_or(locked, after)
 
 
-def leftmost_end(logp: Any, open_: Any, pad_id: int, threshold: float) -> Any:
+def leftmost_end(pad_lp: Any, open_: Any, threshold: float) -> Any:
     """(B, C) bool: per row, the leftmost open position whose padding probability
-    reaches `threshold` (none when no position does)."""
-    xp = array_api_compat.array_namespace(logp)
-    sure = xp.logical_and(open_, xp.exp(logp[..., pad_id]) >= threshold)  # (B, C)
+    (`pad_lp`, (B, C) log-probabilities) reaches `threshold` (none when no position does)."""
+    xp = array_api_compat.array_namespace(pad_lp)
+    sure = xp.logical_and(open_, xp.exp(pad_lp) >= threshold)  # (B, C)
     c = sure.shape[-1]
-    idx = xp.arange(c, device=array_api_compat.device(logp))
+    idx = xp.arange(c, device=array_api_compat.device(pad_lp))
     first = xp.min(xp.where(sure, idx, c), axis=-1, keepdims=True)  # (B, 1); c when none
     return idx == first
+
+
+@dataclass
+class _Scores:
+    """Per-position results of one step's logits, each (B, C)."""
+
+    ent: Any  # entropy of the tempered distribution
+    argmax: Any  # its most likely token
+    pred: Any  # the token drawn (the argmax when greedy)
+    top_lp: Any  # log-probability of the argmax
+    pred_lp: Any  # log-probability of the token drawn
+    pad_lp: Any  # log-probability of padding
+    logp: Any | None = None  # (B, C, V) log-probabilities (computed on the whole canvas only)
+
+
+def _barred(proc: Any, suppress: Any | None, early: Any | None, ends: Any | None) -> Any:
+    """`proc` (..., V) with suppressed tokens, and end-of-fill/padding at positions
+    before min_tokens (`early`, proc's shape without V), set to a large negative logit."""
+    xp = array_api_compat.array_namespace(proc)
+    low = xp.asarray(-1.0e30, dtype=proc.dtype, device=array_api_compat.device(proc))
+    if suppress is not None:
+        proc = xp.where(suppress, low, proc)
+    if early is not None and ends is not None:
+        proc = xp.where(xp.logical_and(xp.expand_dims(early, axis=-1), ends), low, proc)
+    return proc
+
+
+def _scores(
+    proc: Any, greedy: Any | None, cfg: SamplerConfig, rng: RandomSource, pad_id: int, exact: bool = True
+) -> _Scores:
+    """Entropy, argmax, the drawn token and their log-probabilities for tempered logits
+    `proc` (B, C, V); `greedy` (broadcasts to (B, C)): positions that take the argmax
+    even when sampling. `exact`: probabilities as torch.softmax computes them (a seeded
+    uniform-regime run reproduces transformers); else exp(log-probabilities), two
+    passes over (B, C, V) fewer."""
+    xp = array_api_compat.array_namespace(proc)
+    logp = log_softmax(proc)
+    argmax = xp.argmax(proc, axis=-1)
+    probs = None if exact else xp.exp(logp)
+    ent = entropy(logp) if probs is None else -xp.sum(probs * logp, axis=-1)
+    if cfg.greedy:
+        pred = argmax
+    else:
+        pred = rng.categorical(softmax(proc) if probs is None else probs)
+        if greedy is not None:
+            pred = xp.where(greedy, xp.astype(argmax, pred.dtype), pred)
+    pred = xp.astype(pred, xp.int64)
+    pred_lp = xp.squeeze(xp.take_along_axis(logp, xp.expand_dims(pred, axis=-1), axis=-1), axis=-1)
+    return _Scores(ent, argmax, pred, xp.max(logp, axis=-1), pred_lp, logp[..., pad_id], logp)
+
+
+def _scores_at(
+    logits: Any,
+    live: Any,
+    canvas: Any,
+    temp: float,
+    row_temperature: Any | None,
+    suppress: Any | None,
+    early: Any | None,
+    ends: Any | None,
+    greedy_rows: Any | None,
+    cfg: SamplerConfig,
+    rng: RandomSource,
+    pad_id: int,
+) -> _Scores:
+    """`_scores` computed at the `live` positions (B, C) only; elsewhere the entropy is
+    0, the argmax and the drawn token are the canvas's, and the log-probabilities are 0
+    (padding: none)."""
+    xp = array_api_compat.array_namespace(logits)
+    dev = array_api_compat.device(logits)
+    b, c, v = logits.shape
+    flat = xp.reshape(live, (-1,))
+
+    def pick(per_position: Any) -> Any:
+        """A (B, C)-broadcastable array at the live positions, as (1, N)."""
+        return xp.reshape(xp.reshape(xp.broadcast_to(per_position, (b, c)), (-1,))[flat], (1, -1))
+
+    proc = xp.reshape(xp.reshape(logits, (b * c, v))[flat], (1, -1, v))  # (1, N, V)
+    if row_temperature is not None:
+        proc = proc / (xp.expand_dims(pick(xp.reshape(row_temperature, (b, 1))), axis=-1) * temp)
+    else:
+        proc = proc / temp
+    proc = _barred(proc, suppress, None if early is None else pick(early), ends)
+    greedy = None if greedy_rows is None else pick(xp.reshape(greedy_rows, (b, 1)))
+    sc = _scores(proc, greedy, cfg, rng, pad_id, exact=False)
+
+    def spread(values: Any, fill: Any) -> Any:
+        out = xp.reshape(xp.astype(fill, values.dtype, copy=True), (-1,))
+        out[flat] = xp.reshape(values, (-1,))
+        return xp.reshape(out, (b, c))
+
+    zeros = xp.zeros((b, c), dtype=xp.float32, device=dev)
+    return _Scores(
+        ent=spread(sc.ent, zeros),
+        argmax=spread(sc.argmax, canvas),
+        pred=spread(sc.pred, canvas),
+        top_lp=spread(sc.top_lp, zeros),
+        pred_lp=spread(sc.pred_lp, zeros),
+        pad_lp=spread(sc.pad_lp, zeros - 1.0e30),
+    )
 
 
 class StableAndConfident:
@@ -307,12 +407,11 @@ def run(
         suppress = xp.zeros((info.vocab_size,), dtype=xp.bool, device=dev)
         for tok in info.suppress_ids:
             suppress = xp.logical_or(suppress, vocab == tok)
-    too_short = None  # (1, C, V): end-of-fill and padding, at positions before min_tokens
+    early = ends = None  # end-of-fill and padding (V,) are barred at positions before min_tokens (C,)
     if cfg.min_tokens > 0:
         vocab = xp.arange(info.vocab_size, device=dev)
-        ends = xp.logical_or(vocab == info.eof_id, vocab == info.pad_id)  # (V,)
-        early = xp.arange(c, device=dev) < min(cfg.min_tokens, c - 1)  # (C,)
-        too_short = xp.logical_and(early[None, :, None], ends[None, None, :])
+        ends = xp.logical_or(vocab == info.eof_id, vocab == info.pad_id)
+        early = xp.arange(c, device=dev) < min(cfg.min_tokens, c - 1)
     reason: StopReason = "max_steps"
     steps = 0
     for step in range(cfg.max_steps):
@@ -327,27 +426,25 @@ def run(
         logits = denoiser.denoise(state, canvas, self_cond if info.uses_self_conditioning else None)
         steps += 1
         row_steps = row_steps + xp.astype(xp.logical_not(finished), xp.int64)
-        # 3. temperature
+        # 3-4. temperature, then the denoiser canvas (sampled, or argmax when greedy)
+        # and each position's entropy and log-probabilities
         temp = cfg.temperature(cfg.max_steps - step)
-        proc = logits / temp if row_temperature is None else logits / (row_temperature * temp)
-        if suppress is not None:
-            proc = xp.where(suppress, xp.asarray(-1.0e30, dtype=proc.dtype, device=dev), proc)
-        if too_short is not None:
-            proc = xp.where(too_short, xp.asarray(-1.0e30, dtype=proc.dtype, device=dev), proc)
-        logp = log_softmax(proc)  # (B, C, V) float32
-        ent = entropy(logp)  # (B, C)
-        new_argmax = xp.argmax(proc, axis=-1)
-        # 4. the denoiser canvas
-        if cfg.greedy:
-            pred = new_argmax
+        if absorbing and not info.uses_self_conditioning:
+            # only open positions of unfinished rows matter: locked ones never change
+            # and finished rows keep their values, so the (B, C, V) work is done on
+            # those alone (most of a long canvas locks as padding within a few steps)
+            live = xp.logical_and(xp.logical_not(locked), xp.logical_not(xp.expand_dims(finished, axis=-1)))
+            sc = _scores_at(
+                logits, live, canvas, temp, row_temperature, suppress, early, ends, greedy_rows, cfg, rng, info.pad_id
+            )
         else:
-            pred = rng.categorical(softmax(proc))
-            if greedy_rows is not None:
-                pred = xp.where(xp.expand_dims(greedy_rows, axis=-1), xp.astype(new_argmax, pred.dtype), pred)
+            proc = logits / temp if row_temperature is None else logits / (row_temperature * temp)
+            proc = _barred(proc, suppress, early, ends)
+            greedy = None if greedy_rows is None else xp.expand_dims(greedy_rows, axis=-1)
+            sc = _scores(proc, greedy, cfg, rng, info.pad_id)
+        ent, new_argmax, pred, top_lp, pred_lp = sc.ent, sc.argmax, sc.pred, sc.top_lp, sc.pred_lp
         pred = xp.astype(pred, canvas.dtype)
         new_argmax = xp.astype(new_argmax, canvas.dtype)
-        top_lp = xp.max(logp, axis=-1)
-        pred_lp = xp.squeeze(xp.take_along_axis(logp, xp.expand_dims(pred, axis=-1), axis=-1), axis=-1)
         # 5. which positions to accept
         open_ = xp.logical_not(locked) if absorbing else xp.logical_not(fixed)
         choose = open_
@@ -360,8 +457,8 @@ def run(
         if absorbing:
             # the fill's length: padding at the leftmost open position that is surely
             # padding (pad_after_end then locks everything after it)
-            accept = xp.logical_or(accept, leftmost_end(logp, open_, info.pad_id, cfg.end_confidence))
-            pred = xp.where(accept & (xp.exp(logp[..., info.pad_id]) >= cfg.end_confidence), pad_tok, pred)
+            accept = xp.logical_or(accept, leftmost_end(sc.pad_lp, open_, cfg.end_confidence))
+            pred = xp.where(accept & (xp.exp(sc.pad_lp) >= cfg.end_confidence), pad_tok, pred)
         if step == 0:
             # drafts the model agrees with, confidently, are verified in this one pass
             agree = xp.logical_and(pred == canvas, xp.exp(pred_lp) >= cfg.draft_confidence)
@@ -382,7 +479,7 @@ def run(
             )
             new_argmax = xp.where(fixed, canvas, new_argmax)
             confidence = xp.exp(
-                xp.squeeze(xp.take_along_axis(logp, xp.expand_dims(new_argmax, axis=-1), axis=-1), axis=-1)
+                xp.squeeze(xp.take_along_axis(sc.logp, xp.expand_dims(new_argmax, axis=-1), axis=-1), axis=-1)
             )
             new_locked = locked
         # rows that already finished keep their values (as transformers does)
@@ -391,14 +488,16 @@ def run(
         new_canvas = xp.where(keep, canvas, new_canvas)
         new_locked = xp.where(keep, locked, new_locked)
         confidence = xp.where(keep, prev_confidence, confidence)
-        if self_cond is not None:
-            proc = xp.where(xp.expand_dims(keep, axis=-1), self_cond, proc)
+        if info.uses_self_conditioning:
+            proc = proc if self_cond is None else xp.where(xp.expand_dims(keep, axis=-1), self_cond, proc)
         # 7. stopping
         stop = stopper(new_argmax, ent)
         if absorbing:
             stop = xp.logical_or(stop, xp.all(new_locked, axis=-1))
         finished = xp.logical_or(finished, stop)
-        canvas, argmax_canvas, locked, self_cond = new_canvas, new_argmax, new_locked, proc
+        canvas, argmax_canvas, locked = new_canvas, new_argmax, new_locked
+        if info.uses_self_conditioning:
+            self_cond = proc
         if on_step is not None:
             on_step(StepView(step=step, argmax_canvas=argmax_canvas, canvas=canvas))
         if bool(xp.all(finished)):

@@ -235,15 +235,21 @@ class FillService:
         engine = self.engine
         if engine is None:
             return ""
-        req = InfillRequest(
-            prefix=prefix,
-            suffix=suffix,
-            language=language,
-            refine=refine,
-            candidates=REGION_CANDIDATES,
-            replaced=replaced,
-        )
-        result = self._fill(engine, req, timed=False)
-        self._report(result.error)
-        texts = [c.text for c in result.candidates]
-        return next((t for t in texts if t.strip()), "")
+        # the greedy fill alone first: the most likely fill is the first candidate
+        # anyway, and sampled rows cost most of a many-candidate fill's steps (they
+        # rarely grow sure of their end); the others only when it is blank or fails
+        for candidates in (1, REGION_CANDIDATES):
+            req = InfillRequest(
+                prefix=prefix,
+                suffix=suffix,
+                language=language,
+                refine=refine,
+                candidates=candidates,
+                replaced=replaced,
+            )
+            result = self._fill(engine, req, timed=False)
+            self._report(result.error)
+            text = next((c.text for c in result.candidates if c.text.strip()), "")
+            if text or result.error is not None:
+                return text
+        return ""

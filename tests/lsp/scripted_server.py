@@ -22,8 +22,10 @@ The script (a JSON object):
          "before": "\\n",                      the text after the fill starts with this
          "contains": "perimeter",             the text around the fill (prefix + suffix,
                                               as the model sees it) contains this
-         "fill": "return w * h"},             what to write; a list: one fill per candidate
-        ...                                   row (the last repeats for further rows)
+         "fill": "return w * h",              what to write; a list: one fill per candidate
+                                              row (the last repeats for further rows)
+         "delay_ms": 2000},                   this rule's own step delay (a slow fill)
+        ...
       ],
       "default": "pass",                      when no rule matches ("" when absent)
       "delay_ms": 0,                          sleep in each denoising step (a slow model)
@@ -92,6 +94,7 @@ class Rule:
     after: str | None = None
     before: str | None = None
     contains: str | None = None
+    delay_ms: float | None = None
 
     def matches(self, prefix: str, suffix: str) -> bool:
         return (
@@ -122,10 +125,15 @@ class Script:
             raise ValueError(f"unknown script keys: {sorted(unknown)}")
         rules = []
         for i, r in enumerate(raw.get("rules", [])):
-            extra = set(r) - {"fill", "after", "before", "contains"}
+            extra = set(r) - {"fill", "after", "before", "contains", "delay_ms"}
             if extra or "fill" not in r:
-                raise ValueError(f"rule {i}: needs 'fill', may have after/before/contains; got keys {sorted(r)}")
-            rules.append(Rule(_fills(r["fill"], f"rule {i}"), r.get("after"), r.get("before"), r.get("contains")))
+                raise ValueError(
+                    f"rule {i}: needs 'fill', may have after/before/contains/delay_ms; got keys {sorted(r)}"
+                )
+            delay = float(r["delay_ms"]) if "delay_ms" in r else None
+            rules.append(
+                Rule(_fills(r["fill"], f"rule {i}"), r.get("after"), r.get("before"), r.get("contains"), delay)
+            )
         return cls(
             rules=tuple(rules),
             default=_fills(raw.get("default", ""), "default"),
@@ -133,8 +141,12 @@ class Script:
             defaults=tuple({**SCRIPTED_DEFAULTS, **raw.get("defaults", {})}.items()),
         )
 
-    def fills_for(self, prefix: str, suffix: str) -> tuple[str, ...]:
-        return next((r.fills for r in self.rules if r.matches(prefix, suffix)), self.default)
+    def fills_for(self, prefix: str, suffix: str) -> tuple[tuple[str, ...], float]:
+        """The fills for this context and the delay of each denoising step (ms)."""
+        rule = next((r for r in self.rules if r.matches(prefix, suffix)), None)
+        if rule is None:
+            return self.default, self.delay_ms
+        return rule.fills, self.delay_ms if rule.delay_ms is None else rule.delay_ms
 
 
 class ScriptedDenoiser:
@@ -160,14 +172,16 @@ class ScriptedDenoiser:
 
     def encode(self, context_ids: Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
         prefix, suffix = self.split(context_ids)
-        fills = [self.tok.encode(f) for f in self.script.fills_for(prefix, suffix)]
-        return EncodedContext(token_ids=tuple(int(t) for t in context_ids), payload=fills, nbytes=64)
+        texts, delay_ms = self.script.fills_for(prefix, suffix)
+        fills = [self.tok.encode(f) for f in texts]
+        return EncodedContext(token_ids=tuple(int(t) for t in context_ids), payload=(fills, delay_ms), nbytes=64)
 
     def denoise(self, state: EncodedContext, canvas_ids: Any, self_cond: Any | None = None) -> Any:
-        if self.script.delay_ms:
-            time.sleep(self.script.delay_ms / 1000)
+        fills: list[list[int]]
+        fills, delay_ms = state.payload
+        if delay_ms:
+            time.sleep(delay_ms / 1000)
         b, c = np.asarray(canvas_ids).shape
-        fills: list[list[int]] = state.payload
         logits = np.zeros((b, c, self.info.vocab_size), dtype=np.float32)
         for row in range(b):
             ids = fills[min(row, len(fills) - 1)]

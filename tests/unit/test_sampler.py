@@ -365,3 +365,35 @@ def test_the_autoregressive_strategy_needs_its_own_loop() -> None:
             SamplerConfig(strategy="autoregressive"),
             den.random_source(0),
         )
+
+
+def test_scores_at_the_open_positions_match_the_whole_canvas(lib: str) -> None:
+    """The absorbing loop scores only the open positions of unfinished rows; there it
+    gives what scoring the whole canvas gives (temperature per row, suppressed tokens
+    and min_tokens included), and elsewhere the canvas's own token with entropy 0."""
+    from engine.sampler import _barred, _scores, _scores_at
+
+    den = FakeDenoiser(TARGET, [3.0, 1.0, 0.5, 2.0, 4.0, 0.2, 6.0, 6.0], lib)
+    b, c = 3, len(TARGET)
+    rs = np.random.default_rng(0)
+    logits = den.as_float(rs.normal(size=(b, c, V)).astype(np.float32) * 3)
+    canvas = den.as_array(rs.integers(2, 14, size=(b, c)))
+    live_np = rs.random((b, c)) < 0.5
+    live_np[2] = False  # a finished row
+    live = den.as_array(live_np) != 0
+    temps = den.as_float(np.array([1.0, 0.8, 0.8], dtype=np.float32).reshape(b, 1, 1))
+    xp_bool = den.as_array(np.zeros(V, dtype=np.int64)) != 0
+    suppress = xp_bool | (den.as_array(np.arange(V)) == 4)
+    ends = (den.as_array(np.arange(V)) == EOF) | (den.as_array(np.arange(V)) == PAD)
+    early = den.as_array(np.arange(c)) < 2
+    cfg = SamplerConfig(greedy=True)
+    got = _scores_at(logits, live, canvas, 0.9, temps, suppress, early, ends, None, cfg, den.random_source(0), PAD)
+    proc = _barred(logits / (temps * 0.9), suppress, early, ends)
+    want = _scores(proc, None, cfg, den.random_source(0), PAD)
+    for name in ("ent", "argmax", "pred", "top_lp", "pred_lp", "pad_lp"):
+        g, w = np.asarray(getattr(got, name)), np.asarray(getattr(want, name))
+        np.testing.assert_allclose(g[live_np], w[live_np], rtol=1e-5, atol=1e-5, err_msg=name)
+    assert (np.asarray(got.argmax)[~live_np] == np.asarray(canvas)[~live_np]).all()
+    assert (np.asarray(got.ent)[~live_np] == 0).all()
+    assert (np.asarray(got.pad_lp)[~live_np] < -1e29).all()
+    assert not (np.asarray(got.argmax)[live_np] == 4).any()  # suppressed

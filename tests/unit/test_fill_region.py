@@ -1,0 +1,63 @@
+"""FillService.fill_region (code actions): the greedy fill alone first, the sampled
+candidates only when it gives nothing usable. A fake engine with known answers; the
+real engine's candidates are tested in tests/engine."""
+
+from __future__ import annotations
+
+from engine.infill import Candidate, InfillRequest, InfillResult
+from lsp_server.service import REGION_CANDIDATES, FillService
+
+
+class AnswerBook:
+    """An engine whose fills are given per number of candidates asked for."""
+
+    def __init__(self, answers: dict[int, list[str]], error: str | None = None) -> None:
+        self.answers = answers
+        self.error = error
+        self.asked: list[int] = []
+
+    def fill(self, req: InfillRequest) -> InfillResult:
+        self.asked.append(req.candidates)
+        texts = self.answers.get(req.candidates, [])
+        return InfillResult(
+            candidates=[Candidate(text=t, token_ids=[], confidence=[]) for t in texts],
+            steps=1,
+            stop_reason="complete",
+            context_tokens=0,
+            reused_tokens=0,
+            encode_ms=0.0,
+            denoise_ms=0.0,
+            drafted=0,
+            warm_start=False,
+            error=self.error,
+        )
+
+
+def service(engine: AnswerBook) -> FillService:
+    fills = FillService()
+    fills.engine = engine  # type: ignore[assignment]
+    return fills
+
+
+def test_a_usable_greedy_fill_is_the_answer_without_sampling_more() -> None:
+    engine = AnswerBook({1: ["return 0"], REGION_CANDIDATES: ["never asked"]})
+    assert service(engine).fill_region("def f():\n    ", "\n", "python", replaced="pass") == "return 0"
+    assert engine.asked == [1]
+
+
+def test_a_blank_or_failed_greedy_fill_asks_for_more_candidates() -> None:
+    engine = AnswerBook({1: ["   "], REGION_CANDIDATES: ["", "  ", "return 1"]})
+    assert service(engine).fill_region("def f():\n    ", "\n", "python", replaced="pass") == "return 1"
+    assert engine.asked == [1, REGION_CANDIDATES]
+    nothing = AnswerBook({1: [], REGION_CANDIDATES: [" "]})  # no candidate parsed
+    assert service(nothing).fill_region("def f():\n    ", "\n", "python") == ""
+    assert nothing.asked == [1, REGION_CANDIDATES]
+
+
+def test_an_engine_fault_is_not_retried() -> None:
+    engine = AnswerBook({}, error="endpoint http://127.0.0.1:9 refused the connection")
+    told: list[str] = []
+    fills = service(engine)
+    fills.notify = told.append
+    assert fills.fill_region("a = ", "\n", "python") == ""
+    assert engine.asked == [1] and told == [engine.error]
