@@ -27,6 +27,7 @@ import numpy as np
 
 from engine import drafter
 from engine.cache import DEFAULT_MAX_BYTES, ContextCache
+from engine.candidate import Candidate
 from engine.modeldir import LoadedModel
 from engine.sampler import (
     SamplerConfig,
@@ -90,19 +91,6 @@ class InfillRequest:
     document: Any | None = None  # the caller's spans.Document of prefix + suffix, if it keeps one
     replaced: str = ""  # the text the fill takes the place of (a hole marker, a selection), for validation
     min_tokens: int | None = None  # None: 1 on a blank line (a line is wanted there), else 0
-
-
-@dataclass
-class Candidate:
-    text: str
-    token_ids: list[int]
-    confidence: list[float]  # per token, probability when chosen
-    syntax: str = "unchecked"  # "ok", "truncated" (cut to parse), or "unchecked" (no grammar)
-    logprob: float | None = None  # mean log-likelihood per token (end-of-fill included) in the AR mode
-
-    @property
-    def mean_confidence(self) -> float:
-        return float(np.mean(self.confidence)) if self.confidence else 1.0
 
 
 @dataclass

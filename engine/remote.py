@@ -41,8 +41,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from engine.candidate import Candidate
 from engine.errors import EngineError
-from engine.infill import CANDIDATE_TEMPERATURE, Candidate, InfillRequest, InfillResult, fit_indent
+from engine.infill import CANDIDATE_TEMPERATURE, InfillRequest, InfillResult, fit_indent
 from engine.sampler import SamplerConfig
 from engine.syntax import check_candidates, plan_fill
 

@@ -22,8 +22,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from engine.candidate import Candidate
 from engine.errors import EngineError
-from engine.infill import Candidate, InfillEngine, InfillRequest, InfillResult
+from engine.infill import InfillEngine, InfillRequest, InfillResult
 from engine.modeldir import load_model
 from engine.remote import RemoteConfig, RemoteEngine
 from lsp_server.settings import Settings

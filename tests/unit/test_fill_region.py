@@ -4,7 +4,8 @@ real engine's candidates are tested in tests/engine."""
 
 from __future__ import annotations
 
-from engine.infill import Candidate, InfillRequest, InfillResult
+from engine.candidate import Candidate
+from engine.infill import InfillRequest, InfillResult
 from lsp_server.service import REGION_CANDIDATES, FillService
 
 
