@@ -8,8 +8,8 @@ The steps of `InfillEngine.fill`:
      context stays the same while the user types (cache reuse);
   2. assemble the context in suffix-prefix-middle order, `<suf> S <pre> P <mid>`;
   3. encode it, reusing the cached state with the longest common token prefix;
-  4. build the canvas: a warm start from the previous fill when the new request extends
-     the previous one (the typed text matched it), else drafter proposals, else empty;
+  4. build the canvas: a warm start from the rest of `previous` (the fill shown last
+     there) when the user typed its start, else drafter proposals, else empty;
   5. run the sampler over B candidate canvases in one batch;
   6. cut each candidate at end-of-fill, decode it, rank alternatives by likelihood (or
      mean confidence), then validate and cut them to the span through tree-sitter.
@@ -27,7 +27,7 @@ import numpy as np
 
 from engine import drafter
 from engine.cache import DEFAULT_MAX_BYTES, ContextCache
-from engine.candidate import Candidate
+from engine.candidate import Candidate, Shown
 from engine.modeldir import LoadedModel
 from engine.sampler import (
     SamplerConfig,
@@ -79,7 +79,7 @@ class InfillRequest:
     cancel: Callable[[], bool] | None = None
     sampler: SamplerConfig | None = None  # None: the model's defaults
     use_drafter: bool | None = None  # None: the model's default
-    warm_start: bool = True
+    previous: Shown | None = None  # the fill shown last here: typing its start warm-starts the canvas
     on_draft: Callable[[int, list[str]], None] | None = None  # step, text of each candidate
     extra_files: list[tuple[str, str]] = field(
         default_factory=list
@@ -116,13 +116,6 @@ class InfillResult:
     @property
     def total_ms(self) -> float:
         return self.encode_ms + self.denoise_ms
-
-
-@dataclass
-class _Previous:
-    prefix: str
-    suffix: str
-    text: str
 
 
 def trim_prefix(encode: Callable[[str], list[int]], prefix: str, budget: int) -> list[int]:
@@ -193,13 +186,11 @@ class InfillEngine:
         self.den = model.denoiser
         self.cache = ContextCache(cache_bytes)
         self.defaults = model.defaults
-        self._previous: _Previous | None = None
 
-    def reset(self, cache: bool = True) -> None:
-        """Forget the previous fill (no warm start next) and, by default, the context cache."""
-        self._previous = None
-        if cache:
-            self.cache.clear()
+    def reset(self) -> None:
+        """Forget the cached contexts (the next fill is cold). The engine keeps no other
+        state between fills: a warm start comes from the request (`previous`)."""
+        self.cache.clear()
 
     def default_sampler(self) -> SamplerConfig:
         """The model directory's defaults; for uniform-canvas models (DiffusionGemma),
@@ -270,11 +261,9 @@ class InfillEngine:
     def _proposals(
         self, req: InfillRequest, prefix_ids: list[int], suffix_ids: list[int], c: int
     ) -> tuple[list[int], bool]:
-        prev = self._previous
-        if req.warm_start and prev is not None and req.suffix == prev.suffix and req.prefix.startswith(prev.prefix):
-            typed = req.prefix[len(prev.prefix) :]
-            if typed and prev.text.startswith(typed) and len(prev.text) > len(typed):
-                return self.tok.encode(prev.text[len(typed) :])[:c], True
+        rest = req.previous.rest_after(req.prefix, req.suffix) if req.previous is not None else None
+        if rest is not None:
+            return self.tok.encode(rest)[:c], True
         use_drafter = req.use_drafter if req.use_drafter is not None else bool(self.defaults.get("drafter", True))
         if use_drafter:
             sp = self.tok.special
@@ -407,7 +396,6 @@ class InfillEngine:
             ranked = check_candidates(
                 self.tok, ranked, req.prefix, req.suffix, req.language, plan.document, replaced, plan.span
             )
-        self._previous = _Previous(prefix=req.prefix, suffix=req.suffix, text=ranked[0].text if ranked else "")
         for w in warnings:
             log.warning("%s", w)
         return InfillResult(

@@ -158,7 +158,7 @@ class RemoteEngine:
     def default_sampler(self) -> SamplerConfig:
         return SamplerConfig()
 
-    def reset(self, cache: bool = True) -> None:
+    def reset(self) -> None:
         pass
 
     def close(self) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from engine.candidate import Candidate
+from engine.candidate import Candidate, Shown
 from engine.errors import EngineError
 from engine.infill import InfillEngine, InfillRequest, InfillResult
 from engine.modeldir import load_model
@@ -35,21 +35,12 @@ REGION_CANDIDATES = 8  # code actions: candidates to choose a non-blank, parsing
 
 
 @dataclass
-class _Shown:
-    """The last suggestion returned for a document."""
-
-    prefix: str
-    suffix: str
-    text: str
-
-
-@dataclass
 class OpenDocument:
     """What the server keeps for one open document."""
 
     tree: Any | None = None  # its spans Document, reparsed incrementally (lsp_server.context)
     request: threading.Event | None = None  # the cancel flag of its newest request
-    shown: _Shown | None = None  # the last suggestion returned, for type-through
+    shown: Shown | None = None  # the last suggestion returned, for type-through
 
 
 @dataclass
@@ -134,15 +125,11 @@ class FillService:
 
     # -- fills
     def type_through(self, uri: str, prefix: str, suffix: str) -> str | None:
-        """The rest of the last suggestion when the user typed its start, else None."""
+        """The rest of the last suggestion when the user typed its start, else None
+        (engine.candidate.Shown.rest_after, the rule the engine's warm start follows)."""
         record = self.docs.get(uri)
         shown = record.shown if record is not None else None
-        if shown is None or suffix != shown.suffix or not prefix.startswith(shown.prefix):
-            return None
-        typed = prefix[len(shown.prefix) :]
-        if typed and shown.text.startswith(typed) and len(shown.text) > len(typed):
-            return shown.text[len(typed) :]
-        return None
+        return shown.rest_after(prefix, suffix) if shown is not None else None
 
     def submit(
         self,
@@ -190,7 +177,7 @@ class FillService:
             with self._lock:
                 record = self.docs.get(uri)
             if record is not None:
-                record.shown = _Shown(req.prefix, req.suffix, result.candidates[0].text)
+                record.shown = Shown(req.prefix, req.suffix, result.candidates[0].text)
         return FillAnswer(result.candidates)
 
     def _report(self, error: str | None) -> None:

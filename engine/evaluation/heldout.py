@@ -125,7 +125,7 @@ def run_task(
     use_drafter: bool | None,
     context_tokens: int | None,
 ) -> Outcome:
-    engine.reset()  # independent, cold fills: no warm start, no cached context
+    engine.reset()  # independent, cold fills: no cached context
     r = engine.fill(
         InfillRequest(
             prefix=task.prefix,
