@@ -41,6 +41,7 @@ class OpenDocument:
     tree: Any | None = None  # its spans Document, reparsed incrementally (lsp_server.context)
     request: threading.Event | None = None  # the cancel flag of its newest request
     shown: Shown | None = None  # the last suggestion returned, for type-through
+    asked: bool = False  # the user asked for a suggestion (diffusion.suggestNow): the next is Invoked
 
 
 @dataclass
@@ -116,6 +117,28 @@ class FillService:
             record = self.docs.get(uri)
         if record is not None and record.request is not None:
             record.request.set()
+
+    def ask(self, uri: str) -> None:
+        """The user asked for a suggestion: the document's next inline request is served
+        as Invoked (all candidates, no debounce), whatever trigger kind it carries."""
+        self.document(uri).asked = True
+
+    def take_ask(self, uri: str) -> bool:
+        """Whether the user asked (see `ask`); the ask is used up."""
+        with self._lock:
+            record = self.docs.get(uri)
+            asked = record is not None and record.asked
+            if record is not None:
+                record.asked = False
+        return asked
+
+    def dismiss(self, uri: str) -> None:
+        """The user hid the suggestion: its fill stops and typing does not bring it back."""
+        self.cancel(uri)
+        with self._lock:
+            record = self.docs.get(uri)
+            if record is not None:
+                record.shown = None
 
     def forget(self, uri: str) -> None:
         """The document closed: its request stops and its record goes."""
