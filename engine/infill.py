@@ -31,6 +31,7 @@ from engine.candidate import Candidate, Shown
 from engine.modeldir import LoadedModel
 from engine.sampler import (
     SamplerConfig,
+    SampleResult,
     StepView,
     initial_canvas,
     log_softmax,
@@ -282,116 +283,22 @@ class InfillEngine:
         plan = plan_fill(req.prefix, req.suffix, req.language, req.document, replaced)
         c = self.canvas_length(req, warnings, plan)
         b = max(1, int(req.candidates))
+        # 1-2. the context
         ctx_ids, prefix_ids, suffix_ids = self.build_context(req, warnings, c)
-
         # 3. encode, reusing the cache
         t0 = time.perf_counter()
         cached, reused = self.cache.lookup(ctx_ids)
         state = self.den.encode(ctx_ids, cached)
         self.cache.put(state)
         t1 = time.perf_counter()
-
-        # 4. canvas
-        cfg = req.sampler or self.default_sampler()
-        if req.seed is not None and cfg.seed is None:
-            cfg = replace(cfg, seed=req.seed)
-        row_temperature = None
-        if b > 1 and cfg.greedy:
-            # row 0 stays the greedy fill at the model's temperature; the others are sampled
-            cfg = replace(cfg, greedy=False)
-            factors = np.full((b, 1, 1), CANDIDATE_TEMPERATURE, dtype=np.float32)
-            factors[0] = 1.0
-            row_temperature = self.den.as_array(factors)
+        # 4-5. canvas and sampling
+        cfg, row_temperature = self._sampler_for(req, b, warnings)
         rng = self.den.random_source(cfg.seed)
-        canvas = initial_canvas(self.den, b, c, rng)
-        fixed = None
-        proposal: list[int] = []
-        warm = False
-        if req.refine is not None:
-            canvas, fixed = self._refine_canvas(req.refine, state, canvas, c)
-        else:
-            proposal, warm = self._proposals(req, prefix_ids, suffix_ids, c)
-        draft_mask = np.zeros((b, c), dtype=bool)
-        if proposal:
-            host = to_numpy(canvas).copy()
-            host[:, : len(proposal)] = proposal
-            draft_mask[:, : len(proposal)] = True
-            canvas = self.den.as_array(host)
-        greedy_rows = np.zeros((b,), dtype=bool)
-        greedy_rows[0] = True  # the first candidate is always the most likely fill
-
-        on_step = None
-        if req.on_draft is not None:
-            cb = req.on_draft
-
-            def on_step(view: StepView) -> None:
-                rows = to_numpy(view.argmax_canvas)
-                cb(view.step, [self._decode_row(r)[0] for r in rows])
-
-        # 5. sample
-        rule = req.min_tokens if req.min_tokens is not None else int(on_blank_line(req.prefix, req.suffix))
-        min_tokens = max(rule, cfg.min_tokens)
-        if min_tokens != cfg.min_tokens:
-            cfg = replace(cfg, min_tokens=min_tokens)
-        ar = self.den.info.autoregressive
-        if cfg.strategy == "autoregressive" and not ar:
-            warnings.append("this model has no autoregressive mode; decoding left to right on the canvas")
-            cfg = replace(cfg, strategy="left_to_right")
-        if cfg.strategy == "autoregressive" and req.refine is None:
-            result = run_autoregressive(
-                self.den,
-                state,
-                c,
-                cfg,
-                rng,
-                batch=b,
-                greedy_rows=self.den.as_array(greedy_rows),
-                row_temperature=row_temperature,
-                deadline=req.deadline,
-                cancel=req.cancel,
-                on_step=on_step,
-            )
-        else:
-            result = run(
-                self.den,
-                state,
-                canvas,
-                replace(cfg, strategy="left_to_right") if cfg.strategy == "autoregressive" else cfg,
-                rng,
-                fixed=fixed,
-                draft=self.den.as_array(draft_mask) if proposal else None,
-                greedy_rows=self.den.as_array(greedy_rows),
-                row_temperature=row_temperature,
-                deadline=req.deadline,
-                cancel=req.cancel,
-                on_step=on_step,
-            )
+        canvas, fixed, proposal, warm = self._start_canvas(req, state, rng, b, c, prefix_ids, suffix_ids)
+        result = self._sample(req, cfg, rng, state, canvas, fixed, proposal, row_temperature, c)
         t2 = time.perf_counter()
-
-        # 6. decode and rank
-        cands: list[Candidate] = []
-        seen: set[str] = set()
-        for i, (row, conf) in enumerate(zip(result.tokens, result.confidence, strict=True)):
-            text, n = self._decode_row(row)
-            if text in seen or (i > 0 and not text.strip()):
-                continue  # duplicates, and empty alternatives, are no use to anyone
-            seen.add(text)
-            cands.append(
-                Candidate(text=text, token_ids=[int(t) for t in row[:n]], confidence=[float(x) for x in conf[:n]])
-            )
-        late = req.deadline is not None and time.monotonic() >= req.deadline
-        if ar and len(cands) > 1 and not late and not (req.cancel is not None and req.cancel()):
-            # alternatives ranked by the likelihood the same weights give them, decoding
-            # one token at a time (a sharper judge than the canvas's own confidence)
-            sp = self.tok.special
-            for k in cands:
-                lp, n = sequence_logprob(self.den, state, k.token_ids, sp.eof)
-                k.logprob = lp / n
-        first, rest = (
-            cands[:1],
-            sorted(cands[1:], key=lambda k: -(k.logprob if k.logprob is not None else np.log(k.mean_confidence))),
-        )
-        ranked = [replace(k, text=fit_indent(req.prefix, k.text)) for k in first + rest]
+        # 6. decode and rank, then check against the span
+        ranked = self._ranked(req, result, state)
         if plan is not None and req.check_syntax:
             ranked = check_candidates(
                 self.tok, ranked, req.prefix, req.suffix, req.language, plan.document, replaced, plan.span
@@ -412,6 +319,124 @@ class InfillEngine:
             canvas_tokens=c,
             span=plan.span.kind if plan is not None else None,
         )
+
+    def _sampler_for(self, req: InfillRequest, b: int, warnings: list[str]) -> tuple[SamplerConfig, Any | None]:
+        """The sampler settings of this request and the per-row temperature factors: row
+        0 stays the greedy fill at the model's temperature, other candidates are sampled."""
+        cfg = req.sampler or self.default_sampler()
+        if req.seed is not None and cfg.seed is None:
+            cfg = replace(cfg, seed=req.seed)
+        row_temperature = None
+        if b > 1 and cfg.greedy:
+            cfg = replace(cfg, greedy=False)
+            factors = np.full((b, 1, 1), CANDIDATE_TEMPERATURE, dtype=np.float32)
+            factors[0] = 1.0
+            row_temperature = self.den.as_array(factors)
+        rule = req.min_tokens if req.min_tokens is not None else int(on_blank_line(req.prefix, req.suffix))
+        min_tokens = max(rule, cfg.min_tokens)
+        if min_tokens != cfg.min_tokens:
+            cfg = replace(cfg, min_tokens=min_tokens)
+        if cfg.strategy == "autoregressive" and not self.den.info.autoregressive:
+            warnings.append("this model has no autoregressive mode; decoding left to right on the canvas")
+            cfg = replace(cfg, strategy="left_to_right")
+        return cfg, row_temperature
+
+    def _start_canvas(
+        self,
+        req: InfillRequest,
+        state: Any,
+        rng: Any,
+        b: int,
+        c: int,
+        prefix_ids: list[int],
+        suffix_ids: list[int],
+    ) -> tuple[Any, Any | None, list[int], bool]:
+        """(canvas, fixed positions, proposed tokens, warm start): the refined text's
+        likely tokens fixed, or the warm start's or the drafter's proposals as drafts."""
+        canvas = initial_canvas(self.den, b, c, rng)
+        if req.refine is not None:
+            canvas, fixed = self._refine_canvas(req.refine, state, canvas, c)
+            return canvas, fixed, [], False
+        proposal, warm = self._proposals(req, prefix_ids, suffix_ids, c)
+        if proposal:
+            host = to_numpy(canvas).copy()
+            host[:, : len(proposal)] = proposal
+            canvas = self.den.as_array(host)
+        return canvas, None, proposal, warm
+
+    def _sample(
+        self,
+        req: InfillRequest,
+        cfg: SamplerConfig,
+        rng: Any,
+        state: Any,
+        canvas: Any,
+        fixed: Any | None,
+        proposal: list[int],
+        row_temperature: Any | None,
+        c: int,
+    ) -> SampleResult:
+        """The sampler's run over the B candidate rows: one token at a time in the
+        autoregressive mode, else the canvas loop (drafts verified on its first step)."""
+        b = int(canvas.shape[0])
+        greedy_rows = np.zeros((b,), dtype=bool)
+        greedy_rows[0] = True  # the first candidate is always the most likely fill
+        on_step = None
+        if req.on_draft is not None:
+            cb = req.on_draft
+
+            def on_step(view: StepView) -> None:
+                rows = to_numpy(view.argmax_canvas)
+                cb(view.step, [self._decode_row(r)[0] for r in rows])
+
+        common: dict[str, Any] = {
+            "greedy_rows": self.den.as_array(greedy_rows),
+            "row_temperature": row_temperature,
+            "deadline": req.deadline,
+            "cancel": req.cancel,
+            "on_step": on_step,
+        }
+        if cfg.strategy == "autoregressive" and req.refine is None:
+            return run_autoregressive(self.den, state, c, cfg, rng, batch=b, **common)
+        draft = None
+        if proposal:
+            mask = np.zeros((b, c), dtype=bool)
+            mask[:, : len(proposal)] = True
+            draft = self.den.as_array(mask)
+        if cfg.strategy == "autoregressive":  # a refinement keeps tokens in place: on the canvas, left to right
+            cfg = replace(cfg, strategy="left_to_right")
+        return run(self.den, state, canvas, cfg, rng, fixed=fixed, draft=draft, **common)
+
+    def _ranked(self, req: InfillRequest, result: SampleResult, state: Any) -> list[Candidate]:
+        """Each row cut at end-of-fill and decoded, duplicates and empty alternatives
+        dropped; the greedy fill first, the others by the likelihood the autoregressive
+        mode gives them (a sharper judge than the canvas's confidence) or, without it,
+        by mean confidence; indentation fitted to the cursor's line."""
+        cands: list[Candidate] = []
+        seen: set[str] = set()
+        for i, (row, conf) in enumerate(zip(result.tokens, result.confidence, strict=True)):
+            text, n = self._decode_row(row)
+            if text in seen or (i > 0 and not text.strip()):
+                continue
+            seen.add(text)
+            cands.append(
+                Candidate(text=text, token_ids=[int(t) for t in row[:n]], confidence=[float(x) for x in conf[:n]])
+            )
+        late = req.deadline is not None and time.monotonic() >= req.deadline
+        if (
+            self.den.info.autoregressive
+            and len(cands) > 1
+            and not late
+            and not (req.cancel is not None and req.cancel())
+        ):
+            for k in cands:
+                lp, n = sequence_logprob(self.den, state, k.token_ids, self.tok.special.eof)
+                k.logprob = lp / n
+        first, rest = (
+            cands[:1],
+            sorted(cands[1:], key=lambda k: -(k.logprob if k.logprob is not None else np.log(k.mean_confidence))),
+        )
+        return [replace(k, text=fit_indent(req.prefix, k.text)) for k in first + rest]
 
     def _refine_canvas(self, text: str, state: Any, canvas: Any, c: int) -> tuple[Any, Any]:
         """Score `text` in place (one forward pass with it visible); its tokens the model
