@@ -97,14 +97,14 @@ class InfillRequest:
 @dataclass
 class InfillResult:
     candidates: list[Candidate]
-    steps: int
-    stop_reason: str
-    context_tokens: int
-    reused_tokens: int  # context tokens whose keys/values came from the cache
-    encode_ms: float
-    denoise_ms: float
-    drafted: int  # canvas positions proposed by the drafter or the warm start
-    warm_start: bool
+    steps: int = 0  # forward passes (or tokens decoded, in the autoregressive mode)
+    stop_reason: str = "complete"
+    context_tokens: int = 0
+    reused_tokens: int = 0  # context tokens whose keys/values came from the cache
+    encode_ms: float = 0.0
+    denoise_ms: float = 0.0
+    drafted: int = 0  # canvas positions proposed by the drafter or the warm start
+    warm_start: bool = False
     warnings: list[str] = field(default_factory=list)
     canvas_tokens: int = 0  # the canvas length the fill ran with
     span: str | None = None  # the span kind that sized it (engine.spans.SpanKind); None without a language

@@ -173,14 +173,6 @@ class RemoteEngine:
         budget = self._budget(req, plan.span.budget if plan is not None else None, replaced)
         result = InfillResult(
             candidates=[],
-            steps=0,
-            stop_reason="complete",
-            context_tokens=0,
-            reused_tokens=0,
-            encode_ms=0.0,
-            denoise_ms=0.0,
-            drafted=0,
-            warm_start=False,
             canvas_tokens=budget,
             span=plan.span.kind if plan is not None else None,
         )

@@ -23,13 +23,6 @@ class AnswerBook:
         return InfillResult(
             candidates=[Candidate(text=t, token_ids=[], confidence=[]) for t in texts],
             steps=1,
-            stop_reason="complete",
-            context_tokens=0,
-            reused_tokens=0,
-            encode_ms=0.0,
-            denoise_ms=0.0,
-            drafted=0,
-            warm_start=False,
             error=self.error,
         )
 
