@@ -66,8 +66,20 @@ UNIFORM_DEFAULTS: dict[str, Any] = {
 }
 
 
+@dataclass(frozen=True)
+class FillControl:
+    """How the caller steers a fill while it runs, apart from what to fill."""
+
+    deadline: float | None = None  # time.monotonic() value: stop with what there is
+    cancel: Callable[[], bool] | None = None  # checked between steps; True stops the fill
+    on_draft: Callable[[int, list[str]], None] | None = None  # each step: its number, each candidate's text
+
+
 @dataclass
 class InfillRequest:
+    """What to fill (the text around it, the language, budgets, sampling, a text to refine
+    or replace) and `control`, how the caller steers the run."""
+
     prefix: str
     suffix: str = ""
     language: str | None = None
@@ -76,12 +88,10 @@ class InfillRequest:
     context_tokens: int | None = None  # None: the model's default
     candidates: int = 1
     seed: int | None = 0
-    deadline: float | None = None  # time.monotonic() value
-    cancel: Callable[[], bool] | None = None
+    control: FillControl = field(default_factory=lambda: FillControl())  # how the caller steers the run
     sampler: SamplerConfig | None = None  # None: the model's defaults
     use_drafter: bool | None = None  # None: the model's default
     previous: Shown | None = None  # the fill shown last here: typing its start warm-starts the canvas
-    on_draft: Callable[[int, list[str]], None] | None = None  # step, text of each candidate
     extra_files: list[tuple[str, str]] = field(
         default_factory=list
     )  # (name, text) of related files: repository context for engines that take it
@@ -382,8 +392,8 @@ class InfillEngine:
         greedy_rows = np.zeros((b,), dtype=bool)
         greedy_rows[0] = True  # the first candidate is always the most likely fill
         on_step = None
-        if req.on_draft is not None:
-            cb = req.on_draft
+        if req.control.on_draft is not None:
+            cb = req.control.on_draft
 
             def on_step(view: StepView) -> None:
                 rows = to_numpy(view.argmax_canvas)
@@ -392,8 +402,8 @@ class InfillEngine:
         common: dict[str, Any] = {
             "greedy_rows": self.den.as_array(greedy_rows),
             "row_temperature": row_temperature,
-            "deadline": req.deadline,
-            "cancel": req.cancel,
+            "deadline": req.control.deadline,
+            "cancel": req.control.cancel,
             "on_step": on_step,
         }
         if cfg.strategy == "autoregressive" and req.refine is None:
@@ -422,12 +432,13 @@ class InfillEngine:
             cands.append(
                 Candidate(text=text, token_ids=[int(t) for t in row[:n]], confidence=[float(x) for x in conf[:n]])
             )
-        late = req.deadline is not None and time.monotonic() >= req.deadline
+        ctl = req.control
+        late = ctl.deadline is not None and time.monotonic() >= ctl.deadline
         if (
             self.den.info.autoregressive
             and len(cands) > 1
             and not late
-            and not (req.cancel is not None and req.cancel())
+            and not (ctl.cancel is not None and ctl.cancel())
         ):
             for k in cands:
                 lp, n = sequence_logprob(self.den, state, k.token_ids, self.tok.special.eof)

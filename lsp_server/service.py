@@ -24,7 +24,7 @@ from typing import Any
 
 from engine.candidate import Candidate, Shown
 from engine.errors import EngineError
-from engine.infill import InfillEngine, InfillRequest, InfillResult
+from engine.infill import FillControl, InfillEngine, InfillRequest, InfillResult
 from engine.modeldir import load_model
 from engine.remote import RemoteConfig, RemoteEngine
 from lsp_server.settings import Settings
@@ -181,9 +181,8 @@ class FillService:
             suffix=suffix,
             language=language,
             candidates=candidates,
-            cancel=flag.is_set,
+            control=FillControl(cancel=flag.is_set, on_draft=on_draft),
             document=document,
-            on_draft=on_draft,
             extra_files=extra_files or [],
         )
         return self.worker.submit(self._run, uri, req, flag)
@@ -224,13 +223,16 @@ class FillService:
         sampler = None
         if overrides and isinstance(engine, InfillEngine):
             sampler = replace(engine.default_sampler(), **overrides)
+        control = req.control
+        if timed and control.deadline is None:
+            control = replace(control, deadline=time.monotonic() + s.deadline_ms / 1000)
         self.engine_calls += 1
         return engine.fill(
             replace(
                 req,
                 max_canvas_tokens=s.max_fill_tokens,
                 context_tokens=s.context_tokens,
-                deadline=time.monotonic() + s.deadline_ms / 1000 if timed and req.deadline is None else req.deadline,
+                control=control,
                 sampler=sampler,
             )
         )

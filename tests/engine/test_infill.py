@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.candidate import Shown
-from engine.infill import InfillEngine, InfillRequest, trim_prefix, trim_suffix
+from engine.infill import FillControl, InfillEngine, InfillRequest, trim_prefix, trim_suffix
 from engine.modeldir import load_model
 
 from ..conftest import FIXTURE_CODE
@@ -74,9 +74,9 @@ def test_warm_start_continues_the_previous_fill(engine: InfillEngine) -> None:
 
 
 def test_cancel_and_deadline_give_an_empty_answer_not_an_error(engine: InfillEngine) -> None:
-    r = engine.fill(InfillRequest(prefix="x = ", cancel=lambda: True))
+    r = engine.fill(InfillRequest(prefix="x = ", control=FillControl(cancel=lambda: True)))
     assert r.stop_reason == "cancelled" and r.steps == 0 and r.text == ""
-    r = engine.fill(InfillRequest(prefix="x = ", deadline=0.0))
+    r = engine.fill(InfillRequest(prefix="x = ", control=FillControl(deadline=0.0)))
     assert r.stop_reason == "deadline" and r.text == ""
 
 
@@ -92,7 +92,9 @@ def test_candidates_are_batched_distinct_and_led_by_the_greedy_fill(engine: Infi
 
 def test_drafts_are_reported_step_by_step(engine: InfillEngine) -> None:
     seen: list[tuple[int, list[str]]] = []
-    r = engine.fill(InfillRequest(prefix="x = ", on_draft=lambda step, texts: seen.append((step, texts))))
+    r = engine.fill(
+        InfillRequest(prefix="x = ", control=FillControl(on_draft=lambda step, texts: seen.append((step, texts))))
+    )
     assert [s for s, _ in seen] == list(range(r.steps))
     assert all(len(t) == 1 for _, t in seen)
 
