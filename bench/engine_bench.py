@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from engine.benchmark import run_benchmark
+from engine.evaluation.benchmark import run_benchmark
 from engine.modeldir import DEFAULT_MODEL_DIR, load_model
 
 

@@ -16,7 +16,7 @@ import sysconfig
 from dataclasses import replace
 from pathlib import Path
 
-from engine.evaluation import evaluate_dir
+from engine.evaluation.heldout import evaluate_dir
 from engine.infill import InfillEngine
 from engine.modeldir import DEFAULT_MODEL_DIR, load_model
 from engine.sampler import SamplerConfig

@@ -9,8 +9,9 @@
 The engine speaks text and token ids only; it knows nothing of LSP.
 """
 
+from engine.candidate import Candidate
 from engine.errors import EngineError, InputError, ModelLoadError
-from engine.infill import Candidate, InfillEngine, InfillRequest, InfillResult
+from engine.infill import InfillEngine, InfillRequest, InfillResult
 from engine.modeldir import LoadedModel, load_model
 from engine.sampler import SamplerConfig
 

@@ -203,7 +203,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from engine.benchmark import run_benchmark
+    from engine.evaluation.benchmark import run_benchmark
 
     report = run_benchmark(load_model(args.model, backend=args.backend, device=args.device), repeats=args.repeats)
     text = json.dumps(report, indent=None if args.json else 2)
@@ -212,7 +212,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from engine.evaluation import evaluate_dir, markdown_table
+    from engine.evaluation.heldout import evaluate_dir, markdown_table
 
     engine = _engine(args)
     report = evaluate_dir(
@@ -237,7 +237,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     try:
-        from engine.pipeline import run_training
+        from engine.training.pipeline import run_training
     except ImportError as exc:
         raise InputError(f"training needs torch: pip install 'diffusion-lsp[torch]' ({exc})") from exc
     if not args.recipe.is_file():
@@ -262,7 +262,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     try:
-        from engine.export import export_onnx
+        from engine.training.export import export_onnx
     except ImportError as exc:
         raise InputError(f"export needs torch: pip install 'diffusion-lsp[torch]' ({exc})") from exc
     loaded = load_model(args.model, backend="torch")

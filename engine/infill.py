@@ -8,8 +8,8 @@ The steps of `InfillEngine.fill`:
      context stays the same while the user types (cache reuse);
   2. assemble the context in suffix-prefix-middle order, `<suf> S <pre> P <mid>`;
   3. encode it, reusing the cached state with the longest common token prefix;
-  4. build the canvas: a warm start from the previous fill when the new request extends
-     the previous one (the typed text matched it), else drafter proposals, else empty;
+  4. build the canvas: a warm start from the rest of `previous` (the fill shown last
+     there) when the user typed its start, else drafter proposals, else empty;
   5. run the sampler over B candidate canvases in one batch;
   6. cut each candidate at end-of-fill, decode it, rank alternatives by likelihood (or
      mean confidence), then validate and cut them to the span through tree-sitter.
@@ -27,9 +27,11 @@ import numpy as np
 
 from engine import drafter
 from engine.cache import DEFAULT_MAX_BYTES, ContextCache
+from engine.candidate import Candidate, Shown
 from engine.modeldir import LoadedModel
 from engine.sampler import (
     SamplerConfig,
+    SampleResult,
     StepView,
     initial_canvas,
     log_softmax,
@@ -64,8 +66,20 @@ UNIFORM_DEFAULTS: dict[str, Any] = {
 }
 
 
+@dataclass(frozen=True)
+class FillControl:
+    """How the caller steers a fill while it runs, apart from what to fill."""
+
+    deadline: float | None = None  # time.monotonic() value: stop with what there is
+    cancel: Callable[[], bool] | None = None  # checked between steps; True stops the fill
+    on_draft: Callable[[int, list[str]], None] | None = None  # each step: its number, each candidate's text
+
+
 @dataclass
 class InfillRequest:
+    """What to fill (the text around it, the language, budgets, sampling, a text to refine
+    or replace) and `control`, how the caller steers the run."""
+
     prefix: str
     suffix: str = ""
     language: str | None = None
@@ -74,12 +88,10 @@ class InfillRequest:
     context_tokens: int | None = None  # None: the model's default
     candidates: int = 1
     seed: int | None = 0
-    deadline: float | None = None  # time.monotonic() value
-    cancel: Callable[[], bool] | None = None
+    control: FillControl = field(default_factory=lambda: FillControl())  # how the caller steers the run
     sampler: SamplerConfig | None = None  # None: the model's defaults
     use_drafter: bool | None = None  # None: the model's default
-    warm_start: bool = True
-    on_draft: Callable[[int, list[str]], None] | None = None  # step, text of each candidate
+    previous: Shown | None = None  # the fill shown last here: typing its start warm-starts the canvas
     extra_files: list[tuple[str, str]] = field(
         default_factory=list
     )  # (name, text) of related files: repository context for engines that take it
@@ -93,29 +105,16 @@ class InfillRequest:
 
 
 @dataclass
-class Candidate:
-    text: str
-    token_ids: list[int]
-    confidence: list[float]  # per token, probability when chosen
-    syntax: str = "unchecked"  # "ok", "truncated" (cut to parse), or "unchecked" (no grammar)
-    logprob: float | None = None  # mean log-likelihood per token (end-of-fill included) in the AR mode
-
-    @property
-    def mean_confidence(self) -> float:
-        return float(np.mean(self.confidence)) if self.confidence else 1.0
-
-
-@dataclass
 class InfillResult:
     candidates: list[Candidate]
-    steps: int
-    stop_reason: str
-    context_tokens: int
-    reused_tokens: int  # context tokens whose keys/values came from the cache
-    encode_ms: float
-    denoise_ms: float
-    drafted: int  # canvas positions proposed by the drafter or the warm start
-    warm_start: bool
+    steps: int = 0  # forward passes (or tokens decoded, in the autoregressive mode)
+    stop_reason: str = "complete"
+    context_tokens: int = 0
+    reused_tokens: int = 0  # context tokens whose keys/values came from the cache
+    encode_ms: float = 0.0
+    denoise_ms: float = 0.0
+    drafted: int = 0  # canvas positions proposed by the drafter or the warm start
+    warm_start: bool = False
     warnings: list[str] = field(default_factory=list)
     canvas_tokens: int = 0  # the canvas length the fill ran with
     span: str | None = None  # the span kind that sized it (engine.spans.SpanKind); None without a language
@@ -128,13 +127,6 @@ class InfillResult:
     @property
     def total_ms(self) -> float:
         return self.encode_ms + self.denoise_ms
-
-
-@dataclass
-class _Previous:
-    prefix: str
-    suffix: str
-    text: str
 
 
 def trim_prefix(encode: Callable[[str], list[int]], prefix: str, budget: int) -> list[int]:
@@ -205,13 +197,11 @@ class InfillEngine:
         self.den = model.denoiser
         self.cache = ContextCache(cache_bytes)
         self.defaults = model.defaults
-        self._previous: _Previous | None = None
 
-    def reset(self, cache: bool = True) -> None:
-        """Forget the previous fill (no warm start next) and, by default, the context cache."""
-        self._previous = None
-        if cache:
-            self.cache.clear()
+    def reset(self) -> None:
+        """Forget the cached contexts (the next fill is cold). The engine keeps no other
+        state between fills: a warm start comes from the request (`previous`)."""
+        self.cache.clear()
 
     def default_sampler(self) -> SamplerConfig:
         """The model directory's defaults; for uniform-canvas models (DiffusionGemma),
@@ -282,11 +272,9 @@ class InfillEngine:
     def _proposals(
         self, req: InfillRequest, prefix_ids: list[int], suffix_ids: list[int], c: int
     ) -> tuple[list[int], bool]:
-        prev = self._previous
-        if req.warm_start and prev is not None and req.suffix == prev.suffix and req.prefix.startswith(prev.prefix):
-            typed = req.prefix[len(prev.prefix) :]
-            if typed and prev.text.startswith(typed) and len(prev.text) > len(typed):
-                return self.tok.encode(prev.text[len(typed) :])[:c], True
+        rest = req.previous.rest_after(req.prefix, req.suffix) if req.previous is not None else None
+        if rest is not None:
+            return self.tok.encode(rest)[:c], True
         use_drafter = req.use_drafter if req.use_drafter is not None else bool(self.defaults.get("drafter", True))
         if use_drafter:
             sp = self.tok.special
@@ -305,121 +293,26 @@ class InfillEngine:
         plan = plan_fill(req.prefix, req.suffix, req.language, req.document, replaced)
         c = self.canvas_length(req, warnings, plan)
         b = max(1, int(req.candidates))
+        # 1-2. the context
         ctx_ids, prefix_ids, suffix_ids = self.build_context(req, warnings, c)
-
         # 3. encode, reusing the cache
         t0 = time.perf_counter()
         cached, reused = self.cache.lookup(ctx_ids)
         state = self.den.encode(ctx_ids, cached)
         self.cache.put(state)
         t1 = time.perf_counter()
-
-        # 4. canvas
-        cfg = req.sampler or self.default_sampler()
-        if req.seed is not None and cfg.seed is None:
-            cfg = replace(cfg, seed=req.seed)
-        row_temperature = None
-        if b > 1 and cfg.greedy:
-            # row 0 stays the greedy fill at the model's temperature; the others are sampled
-            cfg = replace(cfg, greedy=False)
-            factors = np.full((b, 1, 1), CANDIDATE_TEMPERATURE, dtype=np.float32)
-            factors[0] = 1.0
-            row_temperature = self.den.as_array(factors)
+        # 4-5. canvas and sampling
+        cfg, row_temperature = self._sampler_for(req, b, warnings)
         rng = self.den.random_source(cfg.seed)
-        canvas = initial_canvas(self.den, b, c, rng)
-        fixed = None
-        proposal: list[int] = []
-        warm = False
-        if req.refine is not None:
-            canvas, fixed = self._refine_canvas(req.refine, state, canvas, c)
-        else:
-            proposal, warm = self._proposals(req, prefix_ids, suffix_ids, c)
-        draft_mask = np.zeros((b, c), dtype=bool)
-        if proposal:
-            host = to_numpy(canvas).copy()
-            host[:, : len(proposal)] = proposal
-            draft_mask[:, : len(proposal)] = True
-            canvas = self.den.as_array(host)
-        greedy_rows = np.zeros((b,), dtype=bool)
-        greedy_rows[0] = True  # the first candidate is always the most likely fill
-
-        on_step = None
-        if req.on_draft is not None:
-            cb = req.on_draft
-
-            def on_step(view: StepView) -> None:
-                rows = to_numpy(view.argmax_canvas)
-                cb(view.step, [self._decode_row(r)[0] for r in rows])
-
-        # 5. sample
-        rule = req.min_tokens if req.min_tokens is not None else int(on_blank_line(req.prefix, req.suffix))
-        min_tokens = max(rule, cfg.min_tokens)
-        if min_tokens != cfg.min_tokens:
-            cfg = replace(cfg, min_tokens=min_tokens)
-        ar = self.den.info.autoregressive
-        if cfg.strategy == "autoregressive" and not ar:
-            warnings.append("this model has no autoregressive mode; decoding left to right on the canvas")
-            cfg = replace(cfg, strategy="left_to_right")
-        if cfg.strategy == "autoregressive" and req.refine is None:
-            result = run_autoregressive(
-                self.den,
-                state,
-                c,
-                cfg,
-                rng,
-                batch=b,
-                greedy_rows=self.den.as_array(greedy_rows),
-                row_temperature=row_temperature,
-                deadline=req.deadline,
-                cancel=req.cancel,
-                on_step=on_step,
-            )
-        else:
-            result = run(
-                self.den,
-                state,
-                canvas,
-                replace(cfg, strategy="left_to_right") if cfg.strategy == "autoregressive" else cfg,
-                rng,
-                fixed=fixed,
-                draft=self.den.as_array(draft_mask) if proposal else None,
-                greedy_rows=self.den.as_array(greedy_rows),
-                row_temperature=row_temperature,
-                deadline=req.deadline,
-                cancel=req.cancel,
-                on_step=on_step,
-            )
+        canvas, fixed, proposal, warm = self._start_canvas(req, state, rng, b, c, prefix_ids, suffix_ids)
+        result = self._sample(req, cfg, rng, state, canvas, fixed, proposal, row_temperature, c)
         t2 = time.perf_counter()
-
-        # 6. decode and rank
-        cands: list[Candidate] = []
-        seen: set[str] = set()
-        for i, (row, conf) in enumerate(zip(result.tokens, result.confidence, strict=True)):
-            text, n = self._decode_row(row)
-            if text in seen or (i > 0 and not text.strip()):
-                continue  # duplicates, and empty alternatives, are no use to anyone
-            seen.add(text)
-            cands.append(
-                Candidate(text=text, token_ids=[int(t) for t in row[:n]], confidence=[float(x) for x in conf[:n]])
-            )
-        late = req.deadline is not None and time.monotonic() >= req.deadline
-        if ar and len(cands) > 1 and not late and not (req.cancel is not None and req.cancel()):
-            # alternatives ranked by the likelihood the same weights give them, decoding
-            # one token at a time (a sharper judge than the canvas's own confidence)
-            sp = self.tok.special
-            for k in cands:
-                lp, n = sequence_logprob(self.den, state, k.token_ids, sp.eof)
-                k.logprob = lp / n
-        first, rest = (
-            cands[:1],
-            sorted(cands[1:], key=lambda k: -(k.logprob if k.logprob is not None else np.log(k.mean_confidence))),
-        )
-        ranked = [replace(k, text=fit_indent(req.prefix, k.text)) for k in first + rest]
+        # 6. decode and rank, then check against the span
+        ranked = self._ranked(req, result, state)
         if plan is not None and req.check_syntax:
             ranked = check_candidates(
                 self.tok, ranked, req.prefix, req.suffix, req.language, plan.document, replaced, plan.span
             )
-        self._previous = _Previous(prefix=req.prefix, suffix=req.suffix, text=ranked[0].text if ranked else "")
         for w in warnings:
             log.warning("%s", w)
         return InfillResult(
@@ -436,6 +329,125 @@ class InfillEngine:
             canvas_tokens=c,
             span=plan.span.kind if plan is not None else None,
         )
+
+    def _sampler_for(self, req: InfillRequest, b: int, warnings: list[str]) -> tuple[SamplerConfig, Any | None]:
+        """The sampler settings of this request and the per-row temperature factors: row
+        0 stays the greedy fill at the model's temperature, other candidates are sampled."""
+        cfg = req.sampler or self.default_sampler()
+        if req.seed is not None and cfg.seed is None:
+            cfg = replace(cfg, seed=req.seed)
+        row_temperature = None
+        if b > 1 and cfg.greedy:
+            cfg = replace(cfg, greedy=False)
+            factors = np.full((b, 1, 1), CANDIDATE_TEMPERATURE, dtype=np.float32)
+            factors[0] = 1.0
+            row_temperature = self.den.as_array(factors)
+        rule = req.min_tokens if req.min_tokens is not None else int(on_blank_line(req.prefix, req.suffix))
+        min_tokens = max(rule, cfg.min_tokens)
+        if min_tokens != cfg.min_tokens:
+            cfg = replace(cfg, min_tokens=min_tokens)
+        if cfg.strategy == "autoregressive" and not self.den.info.autoregressive:
+            warnings.append("this model has no autoregressive mode; decoding left to right on the canvas")
+            cfg = replace(cfg, strategy="left_to_right")
+        return cfg, row_temperature
+
+    def _start_canvas(
+        self,
+        req: InfillRequest,
+        state: Any,
+        rng: Any,
+        b: int,
+        c: int,
+        prefix_ids: list[int],
+        suffix_ids: list[int],
+    ) -> tuple[Any, Any | None, list[int], bool]:
+        """(canvas, fixed positions, proposed tokens, warm start): the refined text's
+        likely tokens fixed, or the warm start's or the drafter's proposals as drafts."""
+        canvas = initial_canvas(self.den, b, c, rng)
+        if req.refine is not None:
+            canvas, fixed = self._refine_canvas(req.refine, state, canvas, c)
+            return canvas, fixed, [], False
+        proposal, warm = self._proposals(req, prefix_ids, suffix_ids, c)
+        if proposal:
+            host = to_numpy(canvas).copy()
+            host[:, : len(proposal)] = proposal
+            canvas = self.den.as_array(host)
+        return canvas, None, proposal, warm
+
+    def _sample(
+        self,
+        req: InfillRequest,
+        cfg: SamplerConfig,
+        rng: Any,
+        state: Any,
+        canvas: Any,
+        fixed: Any | None,
+        proposal: list[int],
+        row_temperature: Any | None,
+        c: int,
+    ) -> SampleResult:
+        """The sampler's run over the B candidate rows: one token at a time in the
+        autoregressive mode, else the canvas loop (drafts verified on its first step)."""
+        b = int(canvas.shape[0])
+        greedy_rows = np.zeros((b,), dtype=bool)
+        greedy_rows[0] = True  # the first candidate is always the most likely fill
+        on_step = None
+        if req.control.on_draft is not None:
+            cb = req.control.on_draft
+
+            def on_step(view: StepView) -> None:
+                rows = to_numpy(view.argmax_canvas)
+                cb(view.step, [self._decode_row(r)[0] for r in rows])
+
+        common: dict[str, Any] = {
+            "greedy_rows": self.den.as_array(greedy_rows),
+            "row_temperature": row_temperature,
+            "deadline": req.control.deadline,
+            "cancel": req.control.cancel,
+            "on_step": on_step,
+        }
+        if cfg.strategy == "autoregressive" and req.refine is None:
+            return run_autoregressive(self.den, state, c, cfg, rng, batch=b, **common)
+        draft = None
+        if proposal:
+            mask = np.zeros((b, c), dtype=bool)
+            mask[:, : len(proposal)] = True
+            draft = self.den.as_array(mask)
+        if cfg.strategy == "autoregressive":  # a refinement keeps tokens in place: on the canvas, left to right
+            cfg = replace(cfg, strategy="left_to_right")
+        return run(self.den, state, canvas, cfg, rng, fixed=fixed, draft=draft, **common)
+
+    def _ranked(self, req: InfillRequest, result: SampleResult, state: Any) -> list[Candidate]:
+        """Each row cut at end-of-fill and decoded, duplicates and empty alternatives
+        dropped; the greedy fill first, the others by the likelihood the autoregressive
+        mode gives them (a sharper judge than the canvas's confidence) or, without it,
+        by mean confidence; indentation fitted to the cursor's line."""
+        cands: list[Candidate] = []
+        seen: set[str] = set()
+        for i, (row, conf) in enumerate(zip(result.tokens, result.confidence, strict=True)):
+            text, n = self._decode_row(row)
+            if text in seen or (i > 0 and not text.strip()):
+                continue
+            seen.add(text)
+            cands.append(
+                Candidate(text=text, token_ids=[int(t) for t in row[:n]], confidence=[float(x) for x in conf[:n]])
+            )
+        ctl = req.control
+        late = ctl.deadline is not None and time.monotonic() >= ctl.deadline
+        if (
+            self.den.info.autoregressive
+            and len(cands) > 1
+            and not late
+            and not (ctl.cancel is not None and ctl.cancel())
+        ):
+            for k in cands:
+                lp, n = sequence_logprob(self.den, state, k.token_ids, self.tok.special.eof)
+                k.logprob = lp / n
+        first, rest = (
+            cands[:1],
+            sorted(cands[1:], key=lambda k: -(k.logprob if k.logprob is not None else np.log(k.mean_confidence))),
+        )
+        return [replace(k, text=fit_indent(req.prefix, k.text)) for k in first + rest]
 
     def _refine_canvas(self, text: str, state: Any, canvas: Any, c: int) -> tuple[Any, Any]:
         """Score `text` in place (one forward pass with it visible); its tokens the model

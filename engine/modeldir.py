@@ -1,4 +1,5 @@
-"""Model directories: what a model is on disk, how to save one, and how to load it safely.
+"""Model directories: what a model is on disk and how to load one safely (the training
+side writes them: engine/training/save.py).
 
 An embedded-architecture model directory holds:
     config.json        format_version, model_type "diffusion_coder", architecture, regime,
@@ -24,7 +25,7 @@ from typing import Any
 
 from engine.denoisers.base import Denoiser, DenoiserInfo
 from engine.errors import ModelLoadError
-from engine.tokenizer import SPECIAL_TOKENS, Tokenizer
+from engine.tokenizer import Tokenizer
 
 FORMAT_VERSION = 1
 MODEL_TYPE = "diffusion_coder"
@@ -243,49 +244,3 @@ DG_SPECIAL_TOKENS: dict[str, str] = {
     "prefix": "<|fim_prefix|>",
     "middle": "<|fim_middle|>",
 }
-
-
-def save_model_dir(
-    out: Path,
-    model: Any,
-    tokenizer: Tokenizer,
-    regime: str,
-    defaults: dict[str, Any],
-    card: str,
-    weights_dtype: str = "float16",
-    autoregressive: bool = False,
-) -> None:
-    """Write a complete embedded-architecture model directory (weights, ONNX, config, card).
-
-    The weights are stored once, in model.safetensors (`weights_dtype`: float16, half the
-    bytes at no measurable cost in fills, or float32); the ONNX graphs read them from
-    that file (engine.export.link_weights). `autoregressive`: the weights were trained
-    with the next-token loss, so the backends offer the autoregressive mode."""
-    import torch
-    from safetensors.torch import save_file
-
-    from engine.export import export_onnx
-
-    out.mkdir(parents=True, exist_ok=True)
-    sp = tokenizer.special
-    cfg = {
-        "format_version": FORMAT_VERSION,
-        "model_type": MODEL_TYPE,
-        "architecture": model.cfg.to_dict(),
-        "regime": regime,
-        "special_tokens": SPECIAL_TOKENS,
-        "special_ids": {k: getattr(sp, k) for k in SPECIAL_TOKENS},
-        "defaults": defaults,
-        "autoregressive": autoregressive,
-    }
-    (out / CONFIG_FILE).write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
-    tokenizer.hf.save(str(out / TOKENIZER_FILE))
-    dtypes = {"float16": torch.float16, "float32": torch.float32}
-    if weights_dtype not in dtypes:
-        raise ValueError(f"weights_dtype must be float16 or float32; got {weights_dtype!r}")
-    save_file(
-        {k: v.detach().to(dtypes[weights_dtype]).contiguous().cpu() for k, v in model.state_dict().items()},
-        str(out / WEIGHTS_FILE),
-    )
-    export_onnx(model, out, out / WEIGHTS_FILE)
-    (out / CARD_FILE).write_text(card, encoding="utf-8")

@@ -41,8 +41,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from engine.candidate import Candidate
 from engine.errors import EngineError
-from engine.infill import CANDIDATE_TEMPERATURE, Candidate, InfillRequest, InfillResult, fit_indent
+from engine.infill import CANDIDATE_TEMPERATURE, InfillRequest, InfillResult, fit_indent
 from engine.sampler import SamplerConfig
 from engine.syntax import check_candidates, plan_fill
 
@@ -157,7 +158,7 @@ class RemoteEngine:
     def default_sampler(self) -> SamplerConfig:
         return SamplerConfig()
 
-    def reset(self, cache: bool = True) -> None:
+    def reset(self) -> None:
         pass
 
     def close(self) -> None:
@@ -172,14 +173,6 @@ class RemoteEngine:
         budget = self._budget(req, plan.span.budget if plan is not None else None, replaced)
         result = InfillResult(
             candidates=[],
-            steps=0,
-            stop_reason="complete",
-            context_tokens=0,
-            reused_tokens=0,
-            encode_ms=0.0,
-            denoise_ms=0.0,
-            drafted=0,
-            warm_start=False,
             canvas_tokens=budget,
             span=plan.span.kind if plan is not None else None,
         )
@@ -238,7 +231,7 @@ class RemoteEngine:
 
     def _body(self, prefix: str, suffix: str, budget: int, n: int, single: bool, req: InfillRequest) -> dict[str, Any]:
         cfg = self.cfg
-        stream = req.on_draft is not None
+        stream = req.control.on_draft is not None
         temperature = CANDIDATE_TEMPERATURE if n > 1 else 0.0
         stop = ["\n"] if single and not prefix.endswith(("\n", "\r")) else None
         if cfg.dialect == "llama-infill":
@@ -251,8 +244,8 @@ class RemoteEngine:
                 "temperature": temperature,
                 "stream": stream,
             }
-            if req.deadline is not None:
-                body["t_max_predict_ms"] = max(1, int((req.deadline - time.monotonic()) * 1000))
+            if req.control.deadline is not None:
+                body["t_max_predict_ms"] = max(1, int((req.control.deadline - time.monotonic()) * 1000))
             if stop:
                 body["stop"] = stop
         else:
@@ -300,7 +293,7 @@ class RemoteEngine:
         headers = self._headers()
         for attempt in (0, 1):
             conn, reused = self._connection()
-            watcher = _Watcher(conn, req.cancel, req.deadline)
+            watcher = _Watcher(conn, req.control.cancel, req.control.deadline)
             try:
                 self.requests += 1
                 conn.request("POST", self._path, body=data, headers=headers)
@@ -377,8 +370,8 @@ class RemoteEngine:
                 if 0 <= i < n:
                     texts[i] += piece
                 done = done or (end and n == 1)
-            if req.on_draft is not None:
-                req.on_draft(step, list(texts))
+            if req.control.on_draft is not None:
+                req.control.on_draft(step, list(texts))
             if done and self.cfg.dialect == "llama-infill":
                 break
         if watcher.fired:

@@ -36,7 +36,7 @@ from typing import Any, Literal
 import array_api_compat
 import numpy as np
 
-from engine.denoisers.base import Denoiser, EncodedContext, RandomSource
+from engine.denoisers.base import Denoiser, DenoiserInfo, EncodedContext, RandomSource
 
 Strategy = Literal["entropy_bound", "confidence", "fixed_k", "left_to_right", "autoregressive"]
 STRATEGIES: tuple[Strategy, ...] = ("entropy_bound", "confidence", "fixed_k", "left_to_right", "autoregressive")
@@ -382,36 +382,20 @@ def run(
     """
     if cfg.strategy == "autoregressive":
         raise ValueError("the autoregressive strategy decodes through run_autoregressive, not a canvas")
-    info = denoiser.info
     xp = array_api_compat.array_namespace(canvas)
     dev = array_api_compat.device(canvas)
     b, c = canvas.shape
-    absorbing = info.regime == "absorbing"
     no = xp.zeros((b, c), dtype=xp.bool, device=dev)
     fixed = no if fixed is None else fixed
     draft = no if draft is None else xp.logical_and(draft, xp.logical_not(fixed))
-    locked = fixed  # absorbing: positions that no longer change
-    if absorbing:
-        assert info.mask_id is not None
-        mask_tok = xp.asarray(info.mask_id, dtype=canvas.dtype, device=dev)
-        pad_tok = xp.asarray(info.pad_id, dtype=canvas.dtype, device=dev)
+    regime_type = _Absorbing if denoiser.info.regime == "absorbing" else _Uniform
+    regime = regime_type(denoiser.info, cfg, rng, canvas, fixed, greedy_rows, row_temperature)
     confidence = xp.where(fixed, xp.ones((b, c), dtype=xp.float32, device=dev), 0.0)
     argmax_canvas = canvas
+    locked = fixed  # positions that no longer change (absorbing: fixed and locked ones)
     finished = no[:, 0]
     stopper = StableAndConfident(cfg.stability_threshold, cfg.stop_entropy)
-    self_cond = None
     row_steps = xp.zeros((b,), dtype=xp.int64, device=dev)
-    suppress = None
-    if info.suppress_ids:
-        vocab = xp.arange(info.vocab_size, device=dev)
-        suppress = xp.zeros((info.vocab_size,), dtype=xp.bool, device=dev)
-        for tok in info.suppress_ids:
-            suppress = xp.logical_or(suppress, vocab == tok)
-    early = ends = None  # end-of-fill and padding (V,) are barred at positions before min_tokens (C,)
-    if cfg.min_tokens > 0:
-        vocab = xp.arange(info.vocab_size, device=dev)
-        ends = xp.logical_or(vocab == info.eof_id, vocab == info.pad_id)
-        early = xp.arange(c, device=dev) < min(cfg.min_tokens, c - 1)
     reason: StopReason = "max_steps"
     steps = 0
     for step in range(cfg.max_steps):
@@ -423,100 +407,221 @@ def run(
             reason = "deadline"
             break
         # 2. forward pass of the canvas only
-        logits = denoiser.denoise(state, canvas, self_cond if info.uses_self_conditioning else None)
+        logits = denoiser.denoise(state, canvas, regime.self_cond)
         steps += 1
         row_steps = row_steps + xp.astype(xp.logical_not(finished), xp.int64)
-        # 3-4. temperature, then the denoiser canvas (sampled, or argmax when greedy)
-        # and each position's entropy and log-probabilities
-        temp = cfg.temperature(cfg.max_steps - step)
-        if absorbing and not info.uses_self_conditioning:
-            # only open positions of unfinished rows matter: locked ones never change
-            # and finished rows keep their values, so the (B, C, V) work is done on
-            # those alone (most of a long canvas locks as padding within a few steps)
-            live = xp.logical_and(xp.logical_not(locked), xp.logical_not(xp.expand_dims(finished, axis=-1)))
-            sc = _scores_at(
-                logits, live, canvas, temp, row_temperature, suppress, early, ends, greedy_rows, cfg, rng, info.pad_id
-            )
-        else:
-            proc = logits / temp if row_temperature is None else logits / (row_temperature * temp)
-            proc = _barred(proc, suppress, early, ends)
-            greedy = None if greedy_rows is None else xp.expand_dims(greedy_rows, axis=-1)
-            sc = _scores(proc, greedy, cfg, rng, info.pad_id)
-        ent, new_argmax, pred, top_lp, pred_lp = sc.ent, sc.argmax, sc.pred, sc.top_lp, sc.pred_lp
-        pred = xp.astype(pred, canvas.dtype)
-        new_argmax = xp.astype(new_argmax, canvas.dtype)
-        # 5. which positions to accept
-        open_ = xp.logical_not(locked) if absorbing else xp.logical_not(fixed)
-        choose = open_
-        if absorbing:
-            # content is chosen by the strategy, length by the end rule below: positions
-            # that would be padding wait, unless nothing else is left
-            content = xp.logical_and(open_, new_argmax != pad_tok)
-            choose = xp.where(xp.any(content, axis=-1, keepdims=True), content, open_)
-        accept = select_positions(cfg.strategy, cfg, ent, xp.exp(top_lp), choose)
-        if absorbing:
-            # the fill's length: padding at the leftmost open position that is surely
-            # padding (pad_after_end then locks everything after it)
-            accept = xp.logical_or(accept, leftmost_end(sc.pad_lp, open_, cfg.end_confidence))
-            pred = xp.where(accept & (xp.exp(sc.pad_lp) >= cfg.end_confidence), pad_tok, pred)
+        # 3-4. temperature, the denoiser canvas (sampled, or argmax when greedy), and each
+        # position's entropy and log-probabilities
+        sc = regime.score(logits, cfg.temperature(cfg.max_steps - step), canvas, locked, finished)
+        # 5. which positions to accept: the strategy's, then the regime's own rule
+        open_ = regime.open(locked)
+        accept = select_positions(cfg.strategy, cfg, sc.ent, xp.exp(sc.top_lp), regime.choosable(open_, sc))
+        accept, pred = regime.decide(accept, sc, open_)
         if step == 0:
             # drafts the model agrees with, confidently, are verified in this one pass
-            agree = xp.logical_and(pred == canvas, xp.exp(pred_lp) >= cfg.draft_confidence)
+            agree = xp.logical_and(pred == canvas, xp.exp(sc.pred_lp) >= cfg.draft_confidence)
             accept = xp.logical_or(accept, xp.logical_and(draft, agree))
-        # 6. update the canvas
-        prev_confidence = confidence
-        if absorbing:
-            new_canvas = xp.where(accept, pred, xp.where(locked, canvas, mask_tok))
-            confidence = xp.where(accept, xp.exp(pred_lp), confidence)
-            new_locked = xp.logical_or(locked, accept)
-            new_canvas, new_locked = pad_after_end(new_canvas, new_locked, info.eof_id, info.pad_id)
-            confidence = xp.where(xp.logical_and(new_locked, xp.logical_not(locked | accept)), 1.0, confidence)
-        else:
-            accepted = xp.where(accept, pred, canvas)
-            noise = rng.uniform_tokens((b, c), info.vocab_size)
-            new_canvas = xp.where(
-                xp.logical_not(xp.logical_or(accept, fixed)), xp.astype(noise, canvas.dtype), accepted
-            )
-            new_argmax = xp.where(fixed, canvas, new_argmax)
-            confidence = xp.exp(
-                xp.squeeze(xp.take_along_axis(sc.logp, xp.expand_dims(new_argmax, axis=-1), axis=-1), axis=-1)
-            )
-            new_locked = locked
-        # rows that already finished keep their values (as transformers does)
+        # 6. update the canvas; rows that already finished keep their values (as
+        # transformers does)
+        new_canvas, new_locked, new_argmax, new_confidence = regime.update(canvas, locked, accept, pred, sc, confidence)
         keep = xp.expand_dims(finished, axis=-1)
         new_argmax = xp.where(keep, argmax_canvas, new_argmax)
-        new_canvas = xp.where(keep, canvas, new_canvas)
-        new_locked = xp.where(keep, locked, new_locked)
-        confidence = xp.where(keep, prev_confidence, confidence)
-        if info.uses_self_conditioning:
-            proc = proc if self_cond is None else xp.where(xp.expand_dims(keep, axis=-1), self_cond, proc)
+        canvas = xp.where(keep, canvas, new_canvas)
+        locked = xp.where(keep, locked, new_locked)
+        confidence = xp.where(keep, confidence, new_confidence)
+        regime.keep(keep)
         # 7. stopping
-        stop = stopper(new_argmax, ent)
-        if absorbing:
-            stop = xp.logical_or(stop, xp.all(new_locked, axis=-1))
-        finished = xp.logical_or(finished, stop)
-        canvas, argmax_canvas, locked = new_canvas, new_argmax, new_locked
-        if info.uses_self_conditioning:
-            self_cond = proc
+        finished = xp.logical_or(finished, regime.stop(stopper(new_argmax, sc.ent), locked))
+        argmax_canvas = new_argmax
         if on_step is not None:
             on_step(StepView(step=step, argmax_canvas=argmax_canvas, canvas=canvas))
         if bool(xp.all(finished)):
-            all_locked = absorbing and bool(xp.all(locked))
-            reason = "complete" if all_locked else "stable"
+            reason = "complete" if regime.complete(locked) else "stable"
             break
-    if absorbing:
-        # anything still masked (early stop) takes the latest argmax
-        tokens = xp.where(locked, canvas, argmax_canvas)
-        tokens, _ = pad_after_end(tokens, xp.ones_like(locked), info.eof_id, info.pad_id)
-    else:
-        tokens = argmax_canvas
     return SampleResult(
-        tokens=to_numpy(tokens).astype(np.int64),
+        tokens=to_numpy(regime.tokens(canvas, locked, argmax_canvas)).astype(np.int64),
         confidence=to_numpy(confidence).astype(np.float32),
         steps=steps,
         stop_reason=reason,
         row_steps=[int(v) for v in to_numpy(row_steps)],
     )
+
+
+class _Regime:
+    """What differs between the two canvas regimes, for `run`: how a step's logits are
+    scored, which positions the strategy may pick, the rule after it, how the canvas
+    is updated, when a row is done, and the answer. Set up once per run."""
+
+    def __init__(
+        self,
+        info: DenoiserInfo,
+        cfg: SamplerConfig,
+        rng: RandomSource,
+        canvas: Any,
+        fixed: Any,
+        greedy_rows: Any | None,
+        row_temperature: Any | None,
+    ) -> None:
+        xp = array_api_compat.array_namespace(canvas)
+        dev = array_api_compat.device(canvas)
+        self.xp, self.info, self.cfg, self.rng, self.fixed = xp, info, cfg, rng, fixed
+        self.greedy_rows, self.row_temperature = greedy_rows, row_temperature
+        self.self_cond: Any | None = None  # the previous step's logits, for models that want them
+        self.suppress = None  # (V,) tokens never written
+        vocab = xp.arange(info.vocab_size, device=dev)
+        if info.suppress_ids:
+            self.suppress = xp.zeros((info.vocab_size,), dtype=xp.bool, device=dev)
+            for tok in info.suppress_ids:
+                self.suppress = xp.logical_or(self.suppress, vocab == tok)
+        # end-of-fill and padding (V,) are barred at positions before min_tokens (C,)
+        self.early = self.ends = None
+        if cfg.min_tokens > 0:
+            c = canvas.shape[-1]
+            self.ends = xp.logical_or(vocab == info.eof_id, vocab == info.pad_id)
+            self.early = xp.arange(c, device=dev) < min(cfg.min_tokens, c - 1)
+
+    def score(self, logits: Any, temp: float, canvas: Any, locked: Any, finished: Any) -> _Scores:
+        """The whole canvas scored (tempered, barred tokens out)."""
+        xp = self.xp
+        proc = logits / temp if self.row_temperature is None else logits / (self.row_temperature * temp)
+        proc = _barred(proc, self.suppress, self.early, self.ends)
+        greedy = None if self.greedy_rows is None else xp.expand_dims(self.greedy_rows, axis=-1)
+        sc = _scores(proc, greedy, self.cfg, self.rng, self.info.pad_id)
+        if self.info.uses_self_conditioning:
+            self._proc = proc
+        return sc
+
+    def keep(self, keep: Any) -> None:
+        """Rows marked in `keep` (B, 1) finished before this step: their self-conditioning
+        logits stay those of their last step."""
+        if self.info.uses_self_conditioning:
+            proc = self._proc
+            if self.self_cond is not None:
+                proc = self.xp.where(self.xp.expand_dims(keep, axis=-1), self.self_cond, proc)
+            self.self_cond = proc
+
+    def open(self, locked: Any) -> Any:
+        raise NotImplementedError
+
+    def choosable(self, open_: Any, sc: _Scores) -> Any:
+        return open_
+
+    def decide(self, accept: Any, sc: _Scores, open_: Any) -> tuple[Any, Any]:
+        return accept, sc.pred
+
+    def update(
+        self, canvas: Any, locked: Any, accept: Any, pred: Any, sc: _Scores, confidence: Any
+    ) -> tuple[Any, Any, Any, Any]:
+        raise NotImplementedError
+
+    def stop(self, stable: Any, locked: Any) -> Any:
+        return stable
+
+    def complete(self, locked: Any) -> bool:
+        return False
+
+    def tokens(self, canvas: Any, locked: Any, argmax_canvas: Any) -> Any:
+        return argmax_canvas
+
+
+class _Absorbing(_Regime):
+    """Masks that lock one by one. The strategy picks content; the fill's length is
+    padding locked at the leftmost position sure of it, and every position after a
+    locked end-of-fill or padding becomes locked padding."""
+
+    def __init__(self, info: DenoiserInfo, cfg: SamplerConfig, rng: RandomSource, canvas: Any, *args: Any) -> None:
+        super().__init__(info, cfg, rng, canvas, *args)
+        assert info.mask_id is not None, "absorbing regime needs a mask token"
+        dev = array_api_compat.device(canvas)
+        self.mask_tok = self.xp.asarray(info.mask_id, dtype=canvas.dtype, device=dev)
+        self.pad_tok = self.xp.asarray(info.pad_id, dtype=canvas.dtype, device=dev)
+
+    def score(self, logits: Any, temp: float, canvas: Any, locked: Any, finished: Any) -> _Scores:
+        if self.info.uses_self_conditioning:
+            return super().score(logits, temp, canvas, locked, finished)
+        # only open positions of unfinished rows matter: locked ones never change and
+        # finished rows keep their values, so the (B, C, V) work is done on those alone
+        # (most of a long canvas locks as padding within a few steps)
+        xp = self.xp
+        live = xp.logical_and(xp.logical_not(locked), xp.logical_not(xp.expand_dims(finished, axis=-1)))
+        return _scores_at(
+            logits,
+            live,
+            canvas,
+            temp,
+            self.row_temperature,
+            self.suppress,
+            self.early,
+            self.ends,
+            self.greedy_rows,
+            self.cfg,
+            self.rng,
+            self.info.pad_id,
+        )
+
+    def open(self, locked: Any) -> Any:
+        return self.xp.logical_not(locked)
+
+    def choosable(self, open_: Any, sc: _Scores) -> Any:
+        # positions that would be padding wait, unless nothing else is left
+        xp = self.xp
+        content = xp.logical_and(open_, xp.astype(sc.argmax, self.pad_tok.dtype) != self.pad_tok)
+        return xp.where(xp.any(content, axis=-1, keepdims=True), content, open_)
+
+    def decide(self, accept: Any, sc: _Scores, open_: Any) -> tuple[Any, Any]:
+        xp = self.xp
+        end = self.cfg.end_confidence
+        accept = xp.logical_or(accept, leftmost_end(sc.pad_lp, open_, end))
+        pred = xp.astype(sc.pred, self.pad_tok.dtype)
+        return accept, xp.where(accept & (xp.exp(sc.pad_lp) >= end), self.pad_tok, pred)
+
+    def update(
+        self, canvas: Any, locked: Any, accept: Any, pred: Any, sc: _Scores, confidence: Any
+    ) -> tuple[Any, Any, Any, Any]:
+        xp = self.xp
+        new_canvas = xp.where(accept, pred, xp.where(locked, canvas, self.mask_tok))
+        confidence = xp.where(accept, xp.exp(sc.pred_lp), confidence)
+        new_locked = xp.logical_or(locked, accept)
+        new_canvas, new_locked = pad_after_end(new_canvas, new_locked, self.info.eof_id, self.info.pad_id)
+        confidence = xp.where(xp.logical_and(new_locked, xp.logical_not(locked | accept)), 1.0, confidence)
+        return new_canvas, new_locked, xp.astype(sc.argmax, canvas.dtype), confidence
+
+    def stop(self, stable: Any, locked: Any) -> Any:
+        return self.xp.logical_or(stable, self.xp.all(locked, axis=-1))
+
+    def complete(self, locked: Any) -> bool:
+        return bool(self.xp.all(locked))
+
+    def tokens(self, canvas: Any, locked: Any, argmax_canvas: Any) -> Any:
+        # anything still masked (early stop) takes the latest argmax
+        tokens = self.xp.where(locked, canvas, argmax_canvas)
+        tokens, _ = pad_after_end(tokens, self.xp.ones_like(locked), self.info.eof_id, self.info.pad_id)
+        return tokens
+
+
+class _Uniform(_Regime):
+    """DiffusionGemma's: each step accepts positions from the sampled prediction and
+    renoises every other position with fresh random tokens; the answer is the argmax
+    canvas (as transformers' EntropyBoundSampler and _denoising_step, call for call)."""
+
+    def open(self, locked: Any) -> Any:
+        return self.xp.logical_not(self.fixed)
+
+    def update(
+        self, canvas: Any, locked: Any, accept: Any, pred: Any, sc: _Scores, confidence: Any
+    ) -> tuple[Any, Any, Any, Any]:
+        xp = self.xp
+        b, c = canvas.shape
+        accepted = xp.where(accept, xp.astype(pred, canvas.dtype), canvas)
+        noise = self.rng.uniform_tokens((b, c), self.info.vocab_size)
+        new_canvas = xp.where(
+            xp.logical_not(xp.logical_or(accept, self.fixed)), xp.astype(noise, canvas.dtype), accepted
+        )
+        new_argmax = xp.where(self.fixed, canvas, xp.astype(sc.argmax, canvas.dtype))
+        confidence = xp.exp(
+            xp.squeeze(xp.take_along_axis(sc.logp, xp.expand_dims(new_argmax, axis=-1), axis=-1), axis=-1)
+        )
+        return new_canvas, locked, new_argmax, confidence
 
 
 def run_autoregressive(

@@ -14,14 +14,11 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
+from engine.candidate import Candidate
 from engine.spans import Document, Span, count_errors, language_for, select_span, validate_fill
 from engine.spans.select import MULTI_LINE_BUDGET
 from engine.tokenizer import Tokenizer
-
-if TYPE_CHECKING:
-    from engine.infill import Candidate
 
 _RANK = {"ok": 0, "truncated": 1, "unchecked": 2}
 

@@ -26,9 +26,11 @@ EXTRA_FILE_CHARS = 4000
 async def inline_completion(
     ls: DiffusionServer, params: types.InlineCompletionParams
 ) -> types.InlineCompletionList | None:
-    """Ghost text: one candidate while typing (Automatic), `alternatives` when asked."""
+    """Ghost text: one candidate while typing (Automatic), `alternatives` when asked
+    (Invoked, or the first request after diffusion.suggestNow)."""
     require(params, types.InlineCompletionParams)
-    invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+    asked = ls.fills.take_ask(params.text_document.uri)
+    invoked = asked or params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
     answer, where = await fill_at(
         ls,
         params.text_document.uri,
@@ -162,3 +164,16 @@ def _reads_markdown(ls: DiffusionServer) -> bool:
     caps = ls.client_capabilities.text_document
     item = caps.completion.completion_item if caps and caps.completion else None
     return bool(item and item.documentation_format and types.MarkupKind.Markdown in item.documentation_format)
+
+
+def suggest_now(ls: DiffusionServer, uri: str) -> None:
+    """diffusion.suggestNow: serve the document's next inline request as Invoked, for
+    clients whose inline completion API can only be asked through its own automatic
+    request (Neovim's vim.lsp.inline_completion)."""
+    ls.fills.ask(uri)
+
+
+def dismiss(ls: DiffusionServer, uri: str) -> None:
+    """diffusion.dismiss: the user hid the suggestion; its fill stops, and typing its
+    start does not bring it back (no type-through)."""
+    ls.fills.dismiss(uri)

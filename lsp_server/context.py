@@ -8,13 +8,14 @@ import asyncio
 import copy
 import logging
 import threading
+from collections.abc import Generator
 from typing import Any
 from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
+from pygls.protocol import LanguageServerProtocol, lsp_method
 from pygls.workspace import TextDocument
 
 from engine.spans import Document, Language, language_for
@@ -54,6 +55,18 @@ class TolerantProtocol(LanguageServerProtocol):
             self._send_response(data["id"], None, wrong.to_response_error())
             return _Unreadable()
         return message
+
+    @lsp_method(types.SHUTDOWN)
+    def lsp_shutdown(self, *args: Any) -> Generator[Any, Any, None]:
+        """pygls's shutdown cancels the pending requests while iterating the table that a
+        cancelled command's callback removes itself from, and answers the shutdown with
+        that RuntimeError; cancelled here from a copy of the table first, pygls's own
+        loop finds nothing left to cancel."""
+        current = self.msg_id
+        for msg_id, future in list(self._request_futures.items()):
+            if msg_id != current and not future.done():
+                future.cancel()
+        yield from super().lsp_shutdown(*args)
 
 
 class DiffusionServer(LanguageServer):

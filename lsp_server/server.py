@@ -64,6 +64,8 @@ def register(server: DiffusionServer) -> None:
         "diffusion.fillAllHoles": actions.fill_all_holes,
         "diffusion.regenerateSelection": actions.regenerate_selection,
         "diffusion.refineSelection": actions.refine_selection,
+        "diffusion.suggestNow": completion.suggest_now,
+        "diffusion.dismiss": completion.dismiss,
         "diffusion.stats": stats,
     }
     for name, handler in commands.items():

@@ -22,8 +22,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from engine.candidate import Candidate, Shown
 from engine.errors import EngineError
-from engine.infill import Candidate, InfillEngine, InfillRequest, InfillResult
+from engine.infill import FillControl, InfillEngine, InfillRequest, InfillResult
 from engine.modeldir import load_model
 from engine.remote import RemoteConfig, RemoteEngine
 from lsp_server.settings import Settings
@@ -34,21 +35,13 @@ REGION_CANDIDATES = 8  # code actions: candidates to choose a non-blank, parsing
 
 
 @dataclass
-class _Shown:
-    """The last suggestion returned for a document."""
-
-    prefix: str
-    suffix: str
-    text: str
-
-
-@dataclass
 class OpenDocument:
     """What the server keeps for one open document."""
 
     tree: Any | None = None  # its spans Document, reparsed incrementally (lsp_server.context)
     request: threading.Event | None = None  # the cancel flag of its newest request
-    shown: _Shown | None = None  # the last suggestion returned, for type-through
+    shown: Shown | None = None  # the last suggestion returned, for type-through
+    asked: bool = False  # the user asked for a suggestion (diffusion.suggestNow): the next is Invoked
 
 
 @dataclass
@@ -125,6 +118,28 @@ class FillService:
         if record is not None and record.request is not None:
             record.request.set()
 
+    def ask(self, uri: str) -> None:
+        """The user asked for a suggestion: the document's next inline request is served
+        as Invoked (all candidates, no debounce), whatever trigger kind it carries."""
+        self.document(uri).asked = True
+
+    def take_ask(self, uri: str) -> bool:
+        """Whether the user asked (see `ask`); the ask is used up."""
+        with self._lock:
+            record = self.docs.get(uri)
+            asked = record is not None and record.asked
+            if record is not None:
+                record.asked = False
+        return asked
+
+    def dismiss(self, uri: str) -> None:
+        """The user hid the suggestion: its fill stops and typing does not bring it back."""
+        self.cancel(uri)
+        with self._lock:
+            record = self.docs.get(uri)
+            if record is not None:
+                record.shown = None
+
     def forget(self, uri: str) -> None:
         """The document closed: its request stops and its record goes."""
         self.cancel(uri)
@@ -133,15 +148,11 @@ class FillService:
 
     # -- fills
     def type_through(self, uri: str, prefix: str, suffix: str) -> str | None:
-        """The rest of the last suggestion when the user typed its start, else None."""
+        """The rest of the last suggestion when the user typed its start, else None
+        (engine.candidate.Shown.rest_after, the rule the engine's warm start follows)."""
         record = self.docs.get(uri)
         shown = record.shown if record is not None else None
-        if shown is None or suffix != shown.suffix or not prefix.startswith(shown.prefix):
-            return None
-        typed = prefix[len(shown.prefix) :]
-        if typed and shown.text.startswith(typed) and len(shown.text) > len(typed):
-            return shown.text[len(typed) :]
-        return None
+        return shown.rest_after(prefix, suffix) if shown is not None else None
 
     def submit(
         self,
@@ -170,9 +181,8 @@ class FillService:
             suffix=suffix,
             language=language,
             candidates=candidates,
-            cancel=flag.is_set,
+            control=FillControl(cancel=flag.is_set, on_draft=on_draft),
             document=document,
-            on_draft=on_draft,
             extra_files=extra_files or [],
         )
         return self.worker.submit(self._run, uri, req, flag)
@@ -189,7 +199,7 @@ class FillService:
             with self._lock:
                 record = self.docs.get(uri)
             if record is not None:
-                record.shown = _Shown(req.prefix, req.suffix, result.candidates[0].text)
+                record.shown = Shown(req.prefix, req.suffix, result.candidates[0].text)
         return FillAnswer(result.candidates)
 
     def _report(self, error: str | None) -> None:
@@ -213,13 +223,16 @@ class FillService:
         sampler = None
         if overrides and isinstance(engine, InfillEngine):
             sampler = replace(engine.default_sampler(), **overrides)
+        control = req.control
+        if timed and control.deadline is None:
+            control = replace(control, deadline=time.monotonic() + s.deadline_ms / 1000)
         self.engine_calls += 1
         return engine.fill(
             replace(
                 req,
                 max_canvas_tokens=s.max_fill_tokens,
                 context_tokens=s.context_tokens,
-                deadline=time.monotonic() + s.deadline_ms / 1000 if timed and req.deadline is None else req.deadline,
+                control=control,
                 sampler=sampler,
             )
         )

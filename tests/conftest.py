@@ -15,8 +15,8 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A freshly built model directory of the embedded architecture with random weights."""
     torch = pytest.importorskip("torch")
     from engine.model import DiffusionCoder, ModelConfig
-    from engine.modeldir import save_model_dir
     from engine.tokenizer import train_tokenizer
+    from engine.training.save import save_model_dir
 
     texts = [p.read_text(encoding="utf-8") for p in sorted(FIXTURE_CODE.glob("*.py"))] * 4
     tok = train_tokenizer(texts, vocab_size=400)

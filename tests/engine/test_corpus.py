@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from engine.corpus import (
+from engine.training.corpus import (
     MANIFEST,
     STATS,
     NearDuplicateIndex,
@@ -343,7 +343,7 @@ def test_max_mb_stops_adding_files(tmp_path: Path) -> None:
 
 def test_read_corpus_follows_the_manifest(built: tuple[Path, dict[str, Any]]) -> None:
     pytest.importorskip("torch")
-    from engine.training import read_corpus
+    from engine.training.loop import read_corpus
 
     out, _ = built
     # a file outside the manifest is not read

@@ -1,4 +1,4 @@
-"""engine/device_training.py --tiny on the CPU: the H200 training script's code path end to end,
+"""engine/training/device.py --tiny on the CPU: the H200 training script's code path end to end,
 and the split/join of the weights the device tool can only return in parts."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from engine.device_training import STEPS, join_file, load_run_recipe, split_file  # noqa: E402
+from engine.training.device import STEPS, join_file, load_run_recipe, split_file  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,7 +43,7 @@ def test_tiny_run(tmp_path: Path) -> None:
     out = tmp_path / "out"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "engine.device_training", "--tiny", "--out", str(out), "--work", str(tmp_path)],
+        [sys.executable, "-m", "engine.training.device", "--tiny", "--out", str(out), "--work", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -59,7 +59,7 @@ def test_tiny_run(tmp_path: Path) -> None:
     model = out / "model"
     assert len(list(model.glob("model.safetensors.part*"))) == len(weights["parts"]) > 1
     joined = subprocess.run(
-        [sys.executable, "-m", "engine.device_training", "join", str(model)],
+        [sys.executable, "-m", "engine.training.device", "join", str(model)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -14,7 +14,7 @@ from engine.model import DiffusionCoder, ModelConfig
 from engine.modeldir import load_model
 from engine.sampler import SamplerConfig, run_autoregressive, sequence_logprob
 from engine.tokenizer import train_tokenizer
-from engine.training import (
+from engine.training.loop import (
     Example,
     TrainConfig,
     TrainState,

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.infill import InfillEngine, InfillRequest, _Previous, trim_prefix, trim_suffix
+from engine.candidate import Shown
+from engine.infill import FillControl, InfillEngine, InfillRequest, trim_prefix, trim_suffix
 from engine.modeldir import load_model
 
 from ..conftest import FIXTURE_CODE
@@ -61,20 +62,21 @@ def test_a_keystroke_reuses_the_cached_context(engine: InfillEngine) -> None:
 
 def test_warm_start_continues_the_previous_fill(engine: InfillEngine) -> None:
     prefix, suffix = "def f(items):\n    return ", "\n"
-    engine._previous = _Previous(prefix=prefix, suffix=suffix, text="sum(items)")
-    r = engine.fill(InfillRequest(prefix=prefix + "su", suffix=suffix))
+    shown = Shown(prefix=prefix, suffix=suffix, text="sum(items)")
+    r = engine.fill(InfillRequest(prefix=prefix + "su", suffix=suffix, previous=shown))
     assert r.warm_start
     assert r.drafted == len(engine.tok.encode("m(items)"))
-    # typing that diverges from the previous fill is no warm start
-    engine._previous = _Previous(prefix=prefix, suffix=suffix, text="sum(items)")
-    r = engine.fill(InfillRequest(prefix=prefix + "len", suffix=suffix))
-    assert not r.warm_start
+    # typing that diverges from the previous fill is no warm start, nor is another place
+    assert not engine.fill(InfillRequest(prefix=prefix + "len", suffix=suffix, previous=shown)).warm_start
+    assert not engine.fill(InfillRequest(prefix=prefix + "su", suffix="\n\n", previous=shown)).warm_start
+    # the engine keeps nothing between fills: without `previous`, no warm start
+    assert not engine.fill(InfillRequest(prefix=prefix + "su", suffix=suffix)).warm_start
 
 
 def test_cancel_and_deadline_give_an_empty_answer_not_an_error(engine: InfillEngine) -> None:
-    r = engine.fill(InfillRequest(prefix="x = ", cancel=lambda: True))
+    r = engine.fill(InfillRequest(prefix="x = ", control=FillControl(cancel=lambda: True)))
     assert r.stop_reason == "cancelled" and r.steps == 0 and r.text == ""
-    r = engine.fill(InfillRequest(prefix="x = ", deadline=0.0))
+    r = engine.fill(InfillRequest(prefix="x = ", control=FillControl(deadline=0.0)))
     assert r.stop_reason == "deadline" and r.text == ""
 
 
@@ -90,7 +92,9 @@ def test_candidates_are_batched_distinct_and_led_by_the_greedy_fill(engine: Infi
 
 def test_drafts_are_reported_step_by_step(engine: InfillEngine) -> None:
     seen: list[tuple[int, list[str]]] = []
-    r = engine.fill(InfillRequest(prefix="x = ", on_draft=lambda step, texts: seen.append((step, texts))))
+    r = engine.fill(
+        InfillRequest(prefix="x = ", control=FillControl(on_draft=lambda step, texts: seen.append((step, texts))))
+    )
     assert [s for s, _ in seen] == list(range(r.steps))
     assert all(len(t) == 1 for _, t in seen)
 
@@ -147,7 +151,8 @@ def test_typing_the_start_of_the_fill_starts_warm(shipped: InfillEngine) -> None
             break
     assert len(first.text) > 1, "the shipped model proposes nothing at any of the cursors"
     typed = first.text[0]
-    again = shipped.fill(InfillRequest(prefix=SOURCE[:cut] + typed, suffix=SOURCE[cut:]))
+    shown = Shown(SOURCE[:cut], SOURCE[cut:], first.text)
+    again = shipped.fill(InfillRequest(prefix=SOURCE[:cut] + typed, suffix=SOURCE[cut:], previous=shown))
     assert again.warm_start and again.drafted > 0
     assert again.reused_tokens >= again.context_tokens - 4
 

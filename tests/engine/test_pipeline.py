@@ -92,9 +92,9 @@ def test_eval_on_a_missing_directory_is_a_clear_error(
 
 
 def test_train_on_a_built_corpus_ships_its_manifest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A corpus from engine.corpus trains through its manifest, and the model directory
+    """A corpus from engine.training.corpus trains through its manifest, and the model directory
     gets DATA_MANIFEST.jsonl (the corpus manifest, small enough here to copy whole)."""
-    from engine.corpus import build
+    from engine.training.corpus import build
 
     from .test_corpus import MIT, code, fake_stdlib, make_wheel
 
@@ -133,7 +133,7 @@ def test_accelerator_settings_are_ignored_on_cpu() -> None:
     import torch
 
     from engine.tokenizer import train_tokenizer
-    from engine.training import TrainConfig, train
+    from engine.training.loop import TrainConfig, train
 
     texts = [p.read_text(encoding="utf-8") for p in sorted(FIXTURE_CODE.glob("*.py"))]
     tok = train_tokenizer(texts * 4, vocab_size=300)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from engine.infill import InfillRequest
+from engine.infill import FillControl, InfillRequest
 from engine.remote import RemoteConfig, RemoteEngine, RemoteError
 from tests.fake_engine import Engine, json_reply, serve, sse, vllm
 
@@ -70,7 +70,7 @@ def test_llama_infill_sends_its_fields_and_reads_content(engine_server: Engine) 
             prefix=PREFIX,
             suffix=SUFFIX,
             language="python",
-            deadline=time.monotonic() + 5,
+            control=FillControl(deadline=time.monotonic() + 5),
             extra_files=[("/work/util.py", "def helper():\n    return 1\n")],
         )
     )
@@ -86,7 +86,12 @@ def test_a_streamed_fill_sends_drafts_as_it_forms(engine_server: Engine) -> None
     engine_server.reply = vllm
     drafts: list[tuple[int, list[str]]] = []
     r = remote(engine_server.url).fill(
-        InfillRequest(prefix=PREFIX, suffix=SUFFIX, language="python", on_draft=lambda s, t: drafts.append((s, t)))
+        InfillRequest(
+            prefix=PREFIX,
+            suffix=SUFFIX,
+            language="python",
+            control=FillControl(on_draft=lambda s, t: drafts.append((s, t))),
+        )
     )
     assert engine_server.seen[-1].body["stream"] is True
     assert drafts == [(1, ["co"]), (2, ["count"])] and r.text == "count"
@@ -98,7 +103,9 @@ def test_the_connection_is_kept_alive_between_fills(engine_server: Engine) -> No
     for _ in range(3):
         assert eng.fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX)).text == "count"
     drafts: list[Any] = []
-    eng.fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX, on_draft=lambda s, t: drafts.append(t)))  # a stream too
+    eng.fill(
+        InfillRequest(prefix=PREFIX, suffix=SUFFIX, control=FillControl(on_draft=lambda s, t: drafts.append(t)))
+    )  # a stream too
     eng.fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX))
     assert len({s.port for s in engine_server.seen}) == 1 and len(engine_server.seen) == 5
 
@@ -110,7 +117,9 @@ def test_a_cancelled_fill_closes_its_request_at_once(engine_server: Engine) -> N
     threading.Timer(0.2, cancel.set).start()
     t0 = time.monotonic()
     r = remote(engine_server.url).fill(
-        InfillRequest(prefix=PREFIX, suffix=SUFFIX, cancel=cancel.is_set, on_draft=lambda s, t: None)
+        InfillRequest(
+            prefix=PREFIX, suffix=SUFFIX, control=FillControl(cancel=cancel.is_set, on_draft=lambda s, t: None)
+        )
     )
     assert r.stop_reason == "cancelled" and not r.candidates and r.error is None
     assert time.monotonic() - t0 < 1.5  # the stream would take 4 s
@@ -124,7 +133,7 @@ def test_the_deadline_ends_a_slow_request(engine_server: Engine) -> None:
     engine_server.reply = lambda h, b: (time.sleep(1.5), json_reply(h, 200, {"choices": [{"text": "late"}]}))
     t0 = time.monotonic()
     r = remote(engine_server.url, timeout_s=5).fill(
-        InfillRequest(prefix=PREFIX, suffix=SUFFIX, deadline=time.monotonic() + 0.3)
+        InfillRequest(prefix=PREFIX, suffix=SUFFIX, control=FillControl(deadline=time.monotonic() + 0.3))
     )
     assert r.stop_reason == "deadline" and not r.candidates and time.monotonic() - t0 < 1.2
 
@@ -167,7 +176,11 @@ def test_each_fault_is_a_clear_message_and_an_empty_answer(engine_server: Engine
     engine_server.reply = reply
     stream = fault.startswith("stream")
     eng = remote(engine_server.url, timeout_s=0.5)
-    r = eng.fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX, on_draft=(lambda s, t: None) if stream else None))
+    r = eng.fill(
+        InfillRequest(
+            prefix=PREFIX, suffix=SUFFIX, control=FillControl(on_draft=(lambda s, t: None) if stream else None)
+        )
+    )
     assert not r.candidates and r.error is not None and message in r.error, r.error
     assert "Traceback" not in r.error
     engine_server.reply = vllm  # and the next request is served (after any backoff)

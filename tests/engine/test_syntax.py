@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from engine.infill import Candidate, InfillEngine, InfillRequest
+from engine.candidate import Candidate
+from engine.infill import InfillEngine, InfillRequest
 from engine.modeldir import load_model
 from engine.syntax import check_candidates
 

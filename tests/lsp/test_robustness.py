@@ -277,3 +277,29 @@ def test_the_server_is_well_after_the_fuzz(client: StdioClient) -> None:
     client.notify("workspace/didChangeConfiguration", {"settings": {"diffusionLsp": defaults}})
     client.open(URI, SAMPLE, version=10_000)
     assert alive(client)
+
+
+def test_shutdown_with_a_command_still_running_is_answered() -> None:
+    """pygls cancels pending requests at shutdown while iterating the table that a
+    cancelled command removes itself from; the shutdown must still get its result."""
+    import threading
+    import time
+
+    slow = scripted_command({"rules": [{"contains": "slow holes", "fill": "return 1", "delay_ms": 1500}]})
+    c = StdioClient(slow)
+    try:
+        c.initialize()
+        uri = "file:///work/slow_holes.py"
+        c.open(uri, '"""slow holes"""\n\n\ndef f():\n    pass\n')
+        got: list[dict[str, Any]] = []
+        command = {"command": "diffusion.fillAllHoles", "arguments": [uri]}
+        worker = threading.Thread(target=lambda: got.append(c.request_raw("workspace/executeCommand", command)))
+        worker.start()
+        time.sleep(0.5)  # the fill is running (1.5 s a step)
+        response = c.request_raw("shutdown", timeout=30)
+        assert "result" in response and "error" not in response, response
+        worker.join(timeout=30)
+        assert got and answered(got[0]), got
+    finally:
+        c.notify("exit")
+        c.proc.wait(timeout=30)

@@ -133,6 +133,56 @@ async def test_type_through_answers_without_the_engine(client: LanguageClient) -
     )
 
 
+def open_copy(client: LanguageClient, uri: str) -> None:
+    """SAMPLE opened at another URI: a document of the test's own."""
+    client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(uri, "python", 1, SAMPLE)))
+
+
+def close(client: LanguageClient, uri: str) -> None:
+    client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri)))
+
+
+async def command(client: LanguageClient, name: str, *args: object) -> object:
+    return await client.workspace_execute_command_async(types.ExecuteCommandParams(name, list(args)))
+
+
+async def test_suggest_now_serves_the_next_automatic_request_as_invoked(client: LanguageClient) -> None:
+    uri = "file:///work/asked.py"
+    open_copy(client, uri)
+    auto = types.InlineCompletionTriggerKind.Automatic
+    plain = await inline(client, BLANK, auto, uri)
+    assert plain is not None and [i.insert_text for i in plain.items] == [COUNT]
+    await command(client, "diffusion.suggestNow", uri)
+    asked = await inline(client, BLANK, auto, uri)
+    assert asked is not None and [i.insert_text for i in asked.items] == [COUNT, SIZE]  # `alternatives`
+    again = await inline(client, BLANK, auto, uri)  # the ask is used up
+    assert again is not None and [i.insert_text for i in again.items] == [COUNT]
+    close(client, uri)
+
+
+async def test_a_dismissed_suggestion_does_not_come_back_by_type_through(client: LanguageClient) -> None:
+    uri = "file:///work/dismissed.py"
+    open_copy(client, uri)
+    auto = types.InlineCompletionTriggerKind.Automatic
+    shown = await inline(client, BLANK, auto, uri)
+    assert shown is not None and shown.items[0].insert_text == COUNT
+    await command(client, "diffusion.dismiss", uri)
+    client.text_document_did_change(  # the user types the suggestion's first character
+        types.DidChangeTextDocumentParams(
+            types.VersionedTextDocumentIdentifier(version=2, uri=uri),
+            [types.TextDocumentContentChangePartial(range=types.Range(BLANK, BLANK), text=COUNT[0])],
+        )
+    )
+    before = await command(client, "diffusion.stats")
+    again = await inline(client, types.Position(26, 1), auto, uri)
+    after = await command(client, "diffusion.stats")
+    # the engine was asked (type-through would answer the rest of COUNT without it)
+    assert isinstance(before, dict) and isinstance(after, dict)
+    assert after["engine_calls"] == before["engine_calls"] + 1
+    assert again is None or COUNT[1:] not in [i.insert_text for i in again.items]
+    close(client, uri)
+
+
 async def test_bad_positions_and_unknown_documents_get_empty_answers(client: LanguageClient) -> None:
     lines = SAMPLE.split("\n")
     # positions past the end of the document or of a line are clamped to that end

@@ -4,7 +4,8 @@ real engine's candidates are tested in tests/engine."""
 
 from __future__ import annotations
 
-from engine.infill import Candidate, InfillRequest, InfillResult
+from engine.candidate import Candidate
+from engine.infill import InfillRequest, InfillResult
 from lsp_server.service import REGION_CANDIDATES, FillService
 
 
@@ -22,13 +23,6 @@ class AnswerBook:
         return InfillResult(
             candidates=[Candidate(text=t, token_ids=[], confidence=[]) for t in texts],
             steps=1,
-            stop_reason="complete",
-            context_tokens=0,
-            reused_tokens=0,
-            encode_ms=0.0,
-            denoise_ms=0.0,
-            drafted=0,
-            warm_start=False,
             error=self.error,
         )
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from engine.spans import parser_for
-from engine.tasks import (
+from engine.training.tasks import (
     MIX,
     NODE_KINDS,
     PY_EXPRESSIONS,

@@ -49,6 +49,26 @@ local function request(client, method, params, handler, bufnr)
   end
 end
 
+--- Tell the server something about the buffer (a command whose one argument is its
+--- URI), quietly; `on_done` runs once the server has it. False when no client is attached.
+---@param bufnr integer
+---@param command string
+---@param on_done? fun()
+---@return boolean
+function M.tell(bufnr, command, on_done)
+  local clients = vim.lsp.get_clients({ bufnr = bufnr, name = M.NAME })
+  if #clients == 0 then
+    return false
+  end
+  local params = { command = command, arguments = { vim.uri_from_bufnr(bufnr) } }
+  request(clients[1], 'workspace/executeCommand', params, function()
+    if on_done then
+      on_done()
+    end
+  end, bufnr)
+  return true
+end
+
 --- Run one of the server's commands and report what it did.
 ---@param client vim.lsp.Client
 ---@param bufnr integer

@@ -35,28 +35,19 @@ local function use_inline()
   return M.config ~= nil and M.config.inline and M.has_inline_completion()
 end
 
---- The inline completion state of a buffer (Neovim's private Completor), for triggering
---- a request by key: the public API has no call for that yet.
----@param bufnr integer
----@return table?
-local function completor(bufnr)
-  local ok, capability = pcall(require, 'vim.lsp._capability')
-  local class = ok and type(capability.all) == 'table' and capability.all.inline_completion or nil
-  return class and class.active and class.active[bufnr] or nil
-end
-
 --- Ask for a suggestion at the cursor now (all candidates, like the user asking), rather
---- than after the automatic debounce.
+--- than after the automatic debounce. Neovim's public inline completion API sends only
+--- its own automatic requests, so the server is told first (diffusion.suggestNow: the
+--- next request counts as asked for), then a cursor event makes Neovim send it.
 ---@param bufnr? integer
 function M.trigger(bufnr)
   bufnr = bufnr or api.nvim_get_current_buf()
   if use_inline() then
-    local c = completor(bufnr)
-    if c and c.request then
-      c:request(1) -- InlineCompletionTriggerKind.Invoked
-    else
-      api.nvim_exec_autocmds('CursorMovedI', { buffer = bufnr, modeline = false })
-    end
+    actions.tell(bufnr, 'diffusion.suggestNow', function()
+      if api.nvim_buf_is_valid(bufnr) then
+        api.nvim_exec_autocmds('CursorMovedI', { buffer = bufnr, modeline = false })
+      end
+    end)
   elseif vim.lsp.completion and vim.lsp.completion.get then
     vim.lsp.completion.get()
   else
@@ -78,13 +69,16 @@ function M.cycle(count)
   end
 end
 
---- Hide the suggestion until the next keystroke.
+--- Hide the suggestion until the next keystroke: the server stops its fill and forgets
+--- it (diffusion.dismiss), and Neovim's inline completion is switched off and on again
+--- for the buffer, which clears what it shows.
 ---@param bufnr? integer
 function M.dismiss(bufnr)
   bufnr = bufnr or api.nvim_get_current_buf()
-  local c = use_inline() and completor(bufnr) or nil
-  if c and c.abort then
-    c:abort()
+  if use_inline() then
+    actions.tell(bufnr, 'diffusion.dismiss')
+    vim.lsp.inline_completion.enable(false, { bufnr = bufnr })
+    vim.lsp.inline_completion.enable(true, { bufnr = bufnr })
   end
   drafts.clear(bufnr)
 end

@@ -1,6 +1,6 @@
 """`diffusion-infill eval`: infill quality, steps and latency on held-out code, as JSON.
 
-Task kinds, cut with a fixed seed from the `.py` files under a directory (engine/tasks.py):
+Task kinds, cut with a fixed seed from the `.py` files under a directory (engine/training/tasks.py):
 
   lines          one whole non-blank line (the cursor on an indented empty line)
   rest_of_line   the rest of a line from a random column
@@ -8,7 +8,7 @@ Task kinds, cut with a fixed seed from the `.py` files under a directory (engine
   block_body     the whole indented block after a `:` line, at least two lines
   random_span    a random character span of up to 160 characters
   function_body  the body after the docstring of a function whose doctests pass with it
-                 (engine/passk.py): these give pass@1 by execution
+                 (engine/evaluation/passk.py): these give pass@1 by execution
 
 Per kind: exact match (the fill equals the removed middle, trailing whitespace ignored),
 syntax validity (prefix + fill + suffix has no more tree-sitter errors than the file as
@@ -38,13 +38,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from engine import passk
 from engine.errors import InputError
+from engine.evaluation import passk
 from engine.infill import InfillEngine, InfillRequest
 from engine.sampler import SamplerConfig, Strategy
 from engine.spans.select import MULTI_LINE_BUDGET, PROSE_BUDGET, SINGLE_LINE_BUDGET
 from engine.syntax import parses_no_worse
-from engine.tasks import TaskKind, cut
+from engine.training.tasks import TaskKind, cut
 
 # eval kind -> (cut kind, most characters in the middle, canvas budget, single-line fill)
 KIND_SPECS: dict[str, tuple[TaskKind, int, int, bool]] = {
@@ -125,7 +125,7 @@ def run_task(
     use_drafter: bool | None,
     context_tokens: int | None,
 ) -> Outcome:
-    engine.reset()  # independent, cold fills: no warm start, no cached context
+    engine.reset()  # independent, cold fills: no cached context
     r = engine.fill(
         InfillRequest(
             prefix=task.prefix,

@@ -12,10 +12,9 @@ import sysconfig
 import time
 from pathlib import Path
 
-from engine.corpus import DATA_MANIFEST, MANIFEST, data_manifest, read_manifest
-from engine.modeldir import save_model_dir
 from engine.tokenizer import train_tokenizer
-from engine.training import (
+from engine.training.corpus import DATA_MANIFEST, MANIFEST, data_manifest, read_manifest
+from engine.training.loop import (
     STATE_JSON,
     TrainConfig,
     TrainState,
@@ -27,6 +26,7 @@ from engine.training import (
     tokenizer_sample,
     train,
 )
+from engine.training.save import save_model_dir
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +212,7 @@ def describe_data(corpora: list[Path], files: int, held: int, holdout: list[str]
     return (
         f"{files} training files from {len(train_pkgs) - n_stdlib} PyPI packages and {n_stdlib} standard-library\n"
         "  modules, permissively licensed only (" + "; ".join(licences) + "), test suites and\n"
-        "  vendored code excluded, exact and near duplicates removed (python -m engine.corpus);\n"
+        "  vendored code excluded, exact and near duplicates removed (python -m engine.training.corpus);\n"
         f"  {held} files held out by package ({', '.join(held_pkgs) or 'none'}) and never trained on.\n"
         f"  {DATA_MANIFEST} lists every package with its version and licence."
     )

@@ -2,22 +2,22 @@
 
 One command, everything included, about 8 minutes on the H200 (docs/training.md):
 
-    python -m engine.device_training --recipe recipes/h200-model.json --out $OUT [--corpus DIR]
-    python -m engine.device_training --tiny --out DIR          # the same code on the CPU, < 60 s
-    python -m engine.device_training join DIR                  # reassemble model.safetensors
+    python -m engine.training.device --recipe recipes/h200-model.json --out $OUT [--corpus DIR]
+    python -m engine.training.device --tiny --out DIR          # the same code on the CPU, < 60 s
+    python -m engine.training.device join DIR                  # reassemble model.safetensors
 
 Steps, each timed and recorded in ``$OUT/train_report.json`` (rewritten after every step,
 so a run cut short still leaves what it did):
 
-1. corpus     ``engine.corpus.build`` offline: the standard library and the installed
+1. corpus     ``engine.training.corpus.build`` offline: the standard library and the installed
               distributions (licence-filtered, near-dedup, capped by ``corpus_max_mb``),
               held-out packages as in the recipe; or ``--corpus DIR``
 2. tokenizer  a new byte-level BPE of the recipe's vocabulary, trained on a sample
 3. model      DiffusionCoder with the recipe's architecture (tied embeddings)
-4. loader     training batches (``engine.training.make_batch``: the dual objective, the mix, SPM
+4. loader     training batches (``engine.training.loop.make_batch``: the dual objective, the mix, SPM
               order, end-of-fill and padding) made by DataLoader worker processes, whole
               batches per worker, pinned memory; its rate alone is probed before training
-5. train      ``engine.training.train`` on the recipe's device (bf16, torch.compile on
+5. train      ``engine.training.loop.train`` on the recipe's device (bf16, torch.compile on
               CUDA) within the time limit and the run's budget; held-out loss at the end.
               If the compiled run fails, the rest of the time trains eagerly.
 6. save       the model directory without ONNX graphs (export-onnx runs later, on a CPU):
@@ -27,7 +27,7 @@ so a run cut short still leaves what it did):
 7. fill       the parts joined again (sha256 checked), the model loaded with the torch
               backend on the training device, a few held-out fills compared with the truth
 
-The recipe is a TrainConfig (engine/training.py) plus a ``device_run`` object with the
+The recipe is a TrainConfig (engine/training/loop.py) plus a ``device_run`` object with the
 settings of this script (see DEVICE_DEFAULTS).
 """
 
@@ -57,7 +57,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info  # noqa: E402
 
-from engine.corpus import DATA_MANIFEST, MANIFEST, data_manifest  # noqa: E402
 from engine.model import DiffusionCoder, ModelConfig  # noqa: E402
 from engine.modeldir import (  # noqa: E402
     CARD_FILE,
@@ -67,9 +66,10 @@ from engine.modeldir import (  # noqa: E402
     TOKENIZER_FILE,
     WEIGHTS_FILE,
 )
-from engine.pipeline import DEFAULTS, describe_data  # noqa: E402
 from engine.tokenizer import SPECIAL_TOKENS, Tokenizer, train_tokenizer  # noqa: E402
-from engine.training import Batch, TrainConfig, make_batch, read_corpus, text_sampler, train  # noqa: E402
+from engine.training.corpus import DATA_MANIFEST, MANIFEST, data_manifest  # noqa: E402
+from engine.training.loop import Batch, TrainConfig, make_batch, read_corpus, text_sampler, train  # noqa: E402
+from engine.training.pipeline import DEFAULTS, describe_data  # noqa: E402
 
 REPORT = "train_report.json"
 MODEL_DIR = "model"
@@ -273,7 +273,7 @@ def recorded_sha256(model_dir: Path) -> str | None:
 
 
 class ExampleBatches(IterableDataset[Batch]):
-    """Endless training batches exactly as engine.training.batches makes them (the same
+    """Endless training batches exactly as engine.training.loop.batches makes them (the same
     objective, mix and canvas groups as the CPU recipe); each DataLoader worker builds
     whole batches with its own seed."""
 
@@ -402,7 +402,7 @@ def step_corpus(
         dirs = [str(args.corpus)]
         e["built"] = False
     else:
-        from engine.corpus import build
+        from engine.training.corpus import build
 
         corpus = work / "corpus"
         stdlib_dir = tiny_stdlib(work) if args.tiny else None
@@ -565,7 +565,7 @@ def step_save(
         "canvas_tokens": cfg.canvas_tokens,
         "max_canvas_tokens": max(cfg.canvas_tokens, cfg.long_canvas_tokens),  # the longest it trained on
     }
-    config = {  # as engine.modeldir.save_model_dir writes it
+    config = {  # as engine.training.save.save_model_dir writes it
         "format_version": FORMAT_VERSION,
         "model_type": MODEL_TYPE,
         "architecture": model.cfg.to_dict(),
@@ -630,7 +630,7 @@ def model_card(
     )
 
 
-CARD = """# diffusion-lsp default model (trained by engine/device_training.py)
+CARD = """# diffusion-lsp default model (trained by engine/training/device.py)
 
 A small masked-diffusion (absorbing canvas) infill model of the embedded architecture.
 
@@ -659,7 +659,7 @@ def step_fill(
         return
     from engine.infill import InfillEngine, InfillRequest
     from engine.modeldir import load_model
-    from engine.tasks import cut_example
+    from engine.training.tasks import cut_example
 
     src = out / MODEL_DIR
     joined = work / "joined"
@@ -702,7 +702,7 @@ def step_fill(
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["join"]:
-        j = argparse.ArgumentParser(prog="python -m engine.device_training join")
+        j = argparse.ArgumentParser(prog="python -m engine.training.device join")
         j.add_argument("dir", type=Path, help="the model directory holding model.safetensors.partNN")
         j.add_argument("--sha256", default=None, help="expected digest (default: from train_report.json)")
         j.add_argument("--keep-parts", action="store_true")
@@ -713,7 +713,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         target = join_file(a.dir, sha, keep_parts=a.keep_parts)
         say(f"wrote {target} (sha256 {'verified' if sha else 'not verified'})")
         return 0
-    p = argparse.ArgumentParser(prog="python -m engine.device_training", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m engine.training.device", description=__doc__.split("\n\n")[0])
     p.add_argument("--recipe", type=Path, default=None, help="TrainConfig JSON with a device_run object")
     p.add_argument("--out", type=Path, required=True, help="report and model directory ($OUT on the device)")
     p.add_argument("--corpus", type=Path, default=None, help="an existing corpus directory instead of building one")

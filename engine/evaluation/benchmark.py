@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from engine.candidate import Shown
 from engine.infill import InfillEngine, InfillRequest
 from engine.modeldir import LoadedModel
 
@@ -126,7 +127,7 @@ def run_benchmark(model: LoadedModel, repeats: int = 20) -> dict[str, Any]:
                 typed = r.text[:1] if r.text[:1].strip() else " "
                 # warm: the same context plus one typed character
                 t0 = time.perf_counter()
-                w = engine.fill(request(prefix + typed, suffix))
+                w = engine.fill(request(prefix + typed, suffix, previous=Shown(prefix, suffix, r.text)))
                 wms = (time.perf_counter() - t0) * 1000
                 rows["warm"][0].append(wms)
                 rows["warm"][1].append(w.steps)

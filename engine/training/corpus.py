@@ -3,7 +3,7 @@
 Training-time only: nothing in the runtime path (fill, the server, the backends) imports
 this module. Run it as
 
-    python -m engine.corpus build --out corpus --stdlib --packages requests attrs ... \\
+    python -m engine.training.corpus build --out corpus --stdlib --packages requests attrs ... \\
         --holdout more-itertools stdlib:email
 
 Sources are the standard library of the running interpreter (PSF-2.0; each top-level
@@ -811,7 +811,7 @@ def _summary(stats: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m engine.corpus", description=__doc__.split("\n\n")[0] if __doc__ else None
+        prog="python -m engine.training.corpus", description=__doc__.split("\n\n")[0] if __doc__ else None
     )
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build a corpus directory")

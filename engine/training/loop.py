@@ -25,10 +25,10 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from engine.corpus import MANIFEST, read_manifest
 from engine.model import DiffusionCoder, ModelConfig
-from engine.tasks import LONG_KINDS, MIX, TaskKind, cut_example
 from engine.tokenizer import Tokenizer
+from engine.training.corpus import MANIFEST, read_manifest
+from engine.training.tasks import LONG_KINDS, MIX, TaskKind, cut_example
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class TrainConfig:
 def read_corpus(dirs: Sequence[str], holdout: Sequence[str]) -> tuple[list[str], list[str]]:
     """(train, held-out) texts from corpus directories, exact duplicates removed.
 
-    A directory built by ``python -m engine.corpus`` (it has a manifest.jsonl) is read
+    A directory built by ``python -m engine.training.corpus`` (it has a manifest.jsonl) is read
     through its manifest: its train split trains, its heldout split is held out, and a
     package named in ``holdout`` is held out too (a recipe can hold out more, never less).
     Any other directory is read as plain .py files (UTF-8, under MAX_FILE_BYTES, test
@@ -386,7 +386,7 @@ def train(
     is called every ``checkpoint_every_s`` and at the end (not in a cool-down, which
     must never overwrite the trunk); ``should_stop`` ends the run early (a signal).
     ``data`` replaces the in-process batch generator (e.g. a DataLoader with worker
-    processes, engine/device_training.py); its batches must look like ``batches``'s."""
+    processes, engine/training/device.py); its batches must look like ``batches``'s."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     device = training_device(cfg.device)

@@ -1,0 +1,11 @@
+"""Training: everything that makes a model directory, none of which the language server
+imports (tests/unit/test_layout.py checks).
+
+    corpus     the licence-clean corpus builder (`python -m engine.training.corpus build`)
+    tasks      the infill task kinds and the training mix, cut from source files
+    loop       batches (the dual objective), the training loop, resumable state
+    pipeline   corpus -> tokenizer -> model -> model directory (`diffusion-infill train`)
+    save       writing a model directory (engine/modeldir.py reads one)
+    export     the ONNX graphs of a trained model
+    device     the one-shot training run on an accelerator machine
+"""
