@@ -53,12 +53,13 @@ from pytest_lsp.client import make_test_lsp_client
 SLICE_S = 0.005
 CANCEL_SLACK_S = 0.025  # a cancel takes the server's hop and one engine slice to land
 HEAD = '"""A file being written."""\n\n\ndef total(items):\n    '
-TYPED = "# add up the prices of every item in the basket and return it"
+TYPED = "add up the prices of every item in the basket and return it"
 
 
 def tag(prompt_prefix: str) -> str:
-    """What the engine writes for a prompt: names its last 24 characters."""
-    return "~" + hashlib.sha1(prompt_prefix[-24:].encode()).hexdigest()[:8]
+    """What the engine writes for a prompt: names its last 200 characters (all of this
+    test's short file before the cursor)."""
+    return "~" + hashlib.sha1(prompt_prefix[-200:].encode()).hexdigest()[:8]
 
 
 @dataclass
@@ -184,7 +185,8 @@ async def editor(i: int, url: str, keystrokes: int, pace_s: float, seed: int) ->
             s.text = item if isinstance(item, str) else item.value
 
     for k in range(keystrokes):
-        ch = TYPED[k % len(TYPED)]
+        typed = f"# editor {i}: {TYPED}"  # each editor's own text: prompts (and tags) never collide
+        ch = typed[k % len(typed)]
         col = len(text) - text.rfind("\n") - 1
         version += 1
         client.text_document_did_change(
