@@ -85,8 +85,19 @@ def _line_of(text: str, line: str) -> int:
 
 
 def _save_and_read(vscode: VSCode, path: Path, before: str) -> str:
-    vscode.ui("press", key="Control+S")
-    return vscode.wait_file(path, lambda t: t != before)
+    """Save the active editor and read the file once it changed on disk. A key press can
+    be lost while the workbench moves focus (a CI run saved nothing after a command), so
+    the save is asked for again through the command palette."""
+    text = before
+    for attempt in range(3):
+        if attempt == 0:
+            vscode.ui("press", key="Control+S")
+        else:
+            vscode.ui("command", title="File: Save")
+        text = vscode.wait_file(path, lambda t: t != before, timeout_s=10)
+        if text != before:
+            break
+    return text
 
 
 def test_ghost_text_in_a_function_body_is_accepted_with_tab(vscode: VSCode, explain: None) -> None:
