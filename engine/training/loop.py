@@ -342,6 +342,12 @@ class TrainState:
     runs: list[dict[str, Any]] = field(default_factory=list)  # one entry per run that added to it
 
 
+def warm_start_step(state: TrainState) -> int:
+    """The step the learning-rate warm-up counts from: the last growth of the model
+    (engine/training/grow.py), whose new blocks start with fresh moments; else 0."""
+    return max((int(r.get("grown_at", 0)) for r in state.runs), default=0)
+
+
 def new_optimizer(model: DiffusionCoder, cfg: TrainConfig, on_cuda: bool) -> torch.optim.AdamW:
     return torch.optim.AdamW(
         model.parameters(),
@@ -414,6 +420,7 @@ def train(
     start = time.monotonic()
     last_ckpt = start
     first_step = state.step
+    warm_from = warm_start_step(state)
     limit_s = cfg.cooldown_s if phase == "cooldown" else cfg.time_limit_s
     run_steps = cfg.steps - first_step if phase == "stable" else 0
     held: dict[str, float] = {}
@@ -448,7 +455,7 @@ def train(
             frac = max(frac, (state.step - first_step + 1) / run_steps)
         if cfg.schedule != "wsd" and not limit_s and run_steps <= 0:
             frac = 1.0
-        lr = lr_at(cfg, state.step + 1, frac, phase)
+        lr = lr_at(cfg, state.step + 1 - warm_from, frac, phase)
         for group in state.opt.param_groups:
             group["lr"] = lr
         model.train()

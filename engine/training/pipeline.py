@@ -14,6 +14,7 @@ from pathlib import Path
 
 from engine.tokenizer import train_tokenizer
 from engine.training.corpus import DATA_MANIFEST, MANIFEST, data_manifest, read_manifest
+from engine.training.grow import grow_state
 from engine.training.loop import (
     STATE_JSON,
     TrainConfig,
@@ -85,6 +86,10 @@ def run_training(
     if state_dir is not None and (state_dir / STATE_JSON).is_file():
         state, tok = load_state(state_dir, cfg)
         log.info("continuing %s at step %d (%d tokens)", state_dir, state.step, state.tokens)
+        if cfg.model.get("n_layers", state.model.cfg.n_layers) != state.model.cfg.n_layers:
+            if cfg.time_limit_s <= 0:  # a cool-down of an untrained grown model would ship its copies silent
+                raise ValueError("the recipe grows the trunk: a cool-down-only run cannot grow it (train it first)")
+            state = grow_state(state, cfg)
     elif resume is not None:  # continue from a model directory: its weights and tokenizer
         from engine.modeldir import load_model
 
