@@ -60,13 +60,14 @@ def split_at(text: str, line: int, col: int) -> tuple[str, str]:
     return text[:offset], text[offset:]
 
 
-def _sampler_from_args(args: argparse.Namespace, base: SamplerConfig) -> SamplerConfig:
+def _sampler_from_args(args: argparse.Namespace, engine: Any) -> SamplerConfig | None:
+    """The sampler the arguments ask for, or None: the model's defaults for each span."""
     changes: dict[str, Any] = {}
     if args.strategy:
         changes["strategy"] = args.strategy
     if args.steps is not None:
         changes["max_steps"] = args.steps
-    return replace(base, **changes) if changes else base
+    return replace(engine.default_sampler(), **changes) if changes else None
 
 
 def _engine(args: argparse.Namespace) -> Any:
@@ -86,7 +87,7 @@ def _request(args: argparse.Namespace, engine: Any, prefix: str, suffix: str, la
         context_tokens=args.context_tokens,
         candidates=getattr(args, "candidates", 1),
         seed=args.seed,
-        sampler=_sampler_from_args(args, engine.default_sampler()),
+        sampler=_sampler_from_args(args, engine),
         use_drafter=None if args.drafter is None else args.drafter == "on",
     )
 
@@ -220,7 +221,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         args.data,
         tasks=args.tasks,
         seed=args.seed or 0,
-        sampler=_sampler_from_args(args, engine.default_sampler()),
+        sampler=_sampler_from_args(args, engine),
         use_drafter=None if args.drafter is None else args.drafter == "on",
         canvas_tokens=args.canvas_tokens,
         context_tokens=args.context_tokens,

@@ -203,12 +203,18 @@ class InfillEngine:
         state between fills: a warm start comes from the request (`previous`)."""
         self.cache.clear()
 
-    def default_sampler(self) -> SamplerConfig:
+    def default_sampler(self, multiline: bool = False) -> SamplerConfig:
         """The model directory's defaults; for uniform-canvas models (DiffusionGemma),
-        transformers' generation defaults for DiffusionGemma."""
+        transformers' generation defaults for DiffusionGemma. A model may decode spans of
+        several lines its own way (``multiline_strategy``: the shipped model writes block
+        bodies better one token at a time, MODEL_CARD.md); a model without an
+        autoregressive mode keeps its one strategy."""
         d = self.defaults
         base = SamplerConfig(**UNIFORM_DEFAULTS) if self.den.info.regime == "uniform" else SamplerConfig()
         changes = {k: d[k] for k in ("strategy", "max_steps", "entropy_bound", "t_max", "t_min") if k in d}
+        own = d.get("multiline_strategy") if multiline else None
+        if own is not None and (own != "autoregressive" or self.den.info.autoregressive):
+            changes["strategy"] = own
         return replace(base, **changes)
 
     # -- 1-2: context
@@ -302,7 +308,7 @@ class InfillEngine:
         self.cache.put(state)
         t1 = time.perf_counter()
         # 4-5. canvas and sampling
-        cfg, row_temperature = self._sampler_for(req, b, warnings)
+        cfg, row_temperature = self._sampler_for(req, b, warnings, plan is not None and plan.span.multiline)
         rng = self.den.random_source(cfg.seed)
         canvas, fixed, proposal, warm = self._start_canvas(req, state, rng, b, c, prefix_ids, suffix_ids)
         result = self._sample(req, cfg, rng, state, canvas, fixed, proposal, row_temperature, c)
@@ -330,10 +336,13 @@ class InfillEngine:
             span=plan.span.kind if plan is not None else None,
         )
 
-    def _sampler_for(self, req: InfillRequest, b: int, warnings: list[str]) -> tuple[SamplerConfig, Any | None]:
-        """The sampler settings of this request and the per-row temperature factors: row
-        0 stays the greedy fill at the model's temperature, other candidates are sampled."""
-        cfg = req.sampler or self.default_sampler()
+    def _sampler_for(
+        self, req: InfillRequest, b: int, warnings: list[str], multiline: bool
+    ) -> tuple[SamplerConfig, Any | None]:
+        """The sampler settings of this request (the model's defaults for the span's shape
+        unless the request brings its own) and the per-row temperature factors: row 0
+        stays the greedy fill at the model's temperature, other candidates are sampled."""
+        cfg = req.sampler or self.default_sampler(multiline)
         if req.seed is not None and cfg.seed is None:
             cfg = replace(cfg, seed=req.seed)
         row_temperature = None

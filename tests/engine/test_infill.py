@@ -274,3 +274,33 @@ def test_the_span_budget_stays_within_the_canvas_the_model_was_trained_on(engine
         )
     )
     assert region.canvas_tokens > 48  # a rewrite is never cut short to the trained length
+
+
+def test_a_model_may_decode_multi_line_spans_its_own_way(engine: InfillEngine) -> None:
+    """`multiline_strategy` in the model's defaults applies to spans of several lines, and
+    only when the request brings no sampler of its own."""
+    from dataclasses import replace
+
+    # random weights: compare the raw fills, not what survives the syntax check
+    body = InfillRequest(prefix=BODY_PREFIX, suffix=BODY_SUFFIX, language="python", seed=0, check_syntax=False)
+    line = InfillRequest(
+        prefix="def f(x):\n    return x +", suffix=" 1\n", language="python", seed=0, check_syntax=False
+    )
+    ar = replace(engine.default_sampler(), strategy="autoregressive")
+    assert engine.default_sampler().strategy != "autoregressive"
+    engine.defaults = {**engine.defaults, "multiline_strategy": "autoregressive"}
+    assert engine.default_sampler(multiline=True).strategy == "autoregressive"
+    assert engine.default_sampler().strategy != "autoregressive"
+
+    def same(a: InfillRequest, b: InfillRequest) -> bool:
+        ra, rb = engine.fill(a), engine.fill(b)
+        return (ra.steps, ra.candidates[0].token_ids) == (rb.steps, rb.candidates[0].token_ids)
+
+    assert same(body, replace(body, sampler=ar))
+    assert same(line, replace(line, sampler=engine.default_sampler()))
+    assert not same(line, replace(line, sampler=ar))  # the rule is not blind: a line decodes on the canvas
+    explicit = replace(engine.default_sampler(), max_steps=5)
+    assert engine.fill(replace(body, sampler=explicit)).steps <= 5  # a request's own sampler wins
+    # a model without an autoregressive mode keeps its one strategy
+    engine.den.info = replace(engine.den.info, autoregressive=False)
+    assert engine.default_sampler(multiline=True).strategy != "autoregressive"
