@@ -16,10 +16,13 @@ Dialects (docs/remote.md says what each sends):
 - "llama-infill": llama.cpp's `llama-server` `/infill` (`input_prefix`, `input_suffix`,
   `input_extra`, `n_predict`, `t_max_predict_ms`, `cache_prompt`).
 
-The wire: one kept-alive connection (no new TLS handshake for a warm fill); replies are
-streamed (SSE) when the caller wants drafts. Newest request wins on the wire too: a
-watcher shuts the socket down the moment the request is cancelled or its deadline
-passes, so the engine sees the client go away and stops computing it. Faults (refused,
+The wire: one kept-alive connection (no new TLS handshake for a warm fill); every reply is
+streamed (SSE), drafts or not. Newest request wins on the wire too: a watcher shuts the
+socket down the moment the request is cancelled or its deadline passes, and an engine
+notices a client that left only when it writes to it: llama.cpp's server went on
+computing a non-streamed fill for seconds after its client had gone (measured against
+the real engine, tests/engine/test_real_engine.py), a streamed one stops at its next
+token. Faults (refused,
 DNS, timeouts, HTTP errors, malformed or cut replies) become a `RemoteError` message and
 an empty answer; after an unreachable endpoint or a 5xx the engine backs off
 (1 s doubling to 30 s) instead of being hammered on every keystroke.
@@ -231,7 +234,7 @@ class RemoteEngine:
 
     def _body(self, prefix: str, suffix: str, budget: int, n: int, single: bool, req: InfillRequest) -> dict[str, Any]:
         cfg = self.cfg
-        stream = req.control.on_draft is not None
+        stream = True  # an engine stops a streamed fill when its client leaves (see the module's docstring)
         temperature = CANDIDATE_TEMPERATURE if n > 1 else 0.0
         stop = ["\n"] if single and not prefix.endswith(("\n", "\r")) else None
         if cfg.dialect == "llama-infill":
@@ -244,6 +247,8 @@ class RemoteEngine:
                 "temperature": temperature,
                 "stream": stream,
             }
+            if n > 1:  # llama-server streams the n candidates indexed, each ended by its `stop`
+                body["n"] = n
             if req.control.deadline is not None:
                 body["t_max_predict_ms"] = max(1, int((req.control.deadline - time.monotonic()) * 1000))
             if stop:
@@ -357,7 +362,12 @@ class RemoteEngine:
         return _Reply(self._texts(_json(raw), n))
 
     def _read_stream(self, resp: http.client.HTTPResponse, n: int, req: InfillRequest, watcher: _Watcher) -> _Reply:
+        """The candidates of a streamed reply. Each candidate's events carry its index
+        (OpenAI's choices[].index, llama.cpp's index); it has ended at its finish_reason
+        or `stop`. OpenAI streams end with [DONE], llama.cpp's /infill stream does not:
+        the reply is whole when [DONE] comes or every candidate has ended."""
         texts = [""] * n
+        ended: set[int] = set()
         done = False
         for step, event in enumerate(_sse_events(resp), 1):
             if watcher.fired:
@@ -369,24 +379,27 @@ class RemoteEngine:
             for i, piece, end in self._pieces(chunk):
                 if 0 <= i < n:
                     texts[i] += piece
-                done = done or (end and n == 1)
+                    if end:
+                        ended.add(i)
             if req.control.on_draft is not None:
                 req.control.on_draft(step, list(texts))
-            if done and self.cfg.dialect == "llama-infill":
+            if len(ended) == n and self.cfg.dialect == "llama-infill":
+                done = True
                 break
         if watcher.fired:
             raise _Cancelled(watcher.fired)
-        if not done:
+        if not done and len(ended) < n:
             raise RemoteError(f"{self.cfg.endpoint} cut the stream before the fill ended")
         resp.read()  # the rest (the last chunk's end), so the connection can be used again
         return _Reply(texts)
 
     # -- replies
     def _texts(self, reply: Any, n: int) -> list[str]:
-        if self.cfg.dialect == "llama-infill":
-            if not isinstance(reply, dict) or not isinstance(reply.get("content"), str):
+        if self.cfg.dialect == "llama-infill":  # one object, or a list of them (n > 1), with content
+            items = reply if isinstance(reply, list) else [reply]
+            if not items or not all(isinstance(r, dict) and isinstance(r.get("content"), str) for r in items):
                 raise RemoteError(f"{self.cfg.endpoint} sent a reply without content")
-            return [reply["content"]]
+            reply = {"choices": [{"index": r.get("index", k), "text": r["content"]} for k, r in enumerate(items)]}
         choices = reply.get("choices") if isinstance(reply, dict) else None
         if not isinstance(choices, list):
             raise RemoteError(f"{self.cfg.endpoint} sent a reply without choices")
@@ -405,7 +418,8 @@ class RemoteEngine:
         if not isinstance(chunk, dict):
             raise RemoteError(f"{self.cfg.endpoint} sent a stream event that is not an object")
         if self.cfg.dialect == "llama-infill":
-            yield 0, str(chunk.get("content", "")), bool(chunk.get("stop", False))
+            i = chunk.get("index", 0)
+            yield (i if isinstance(i, int) else 0), str(chunk.get("content", "")), bool(chunk.get("stop", False))
             return
         for k, c in enumerate(chunk.get("choices") or []):
             if isinstance(c, dict):

@@ -66,8 +66,14 @@ def vllm(h: Any, body: dict[str, Any]) -> None:
         return
     n = body.get("n", 1)
     texts = ["count", "count + 0", "sum(items)"][:n]
-    if body.get("stream"):
-        sse(h, [{"choices": [{"index": 0, "text": piece, "finish_reason": None}]} for piece in ("co", "unt")])
+    if body.get("stream"):  # every choice in pieces, each ended by its finish_reason
+        events = [
+            {"choices": [{"index": i, "text": piece, "finish_reason": None}]}
+            for i, t in enumerate(texts)
+            for piece in (t[:2], t[2:])
+        ]
+        events += [{"choices": [{"index": i, "text": "", "finish_reason": "stop"}]} for i in range(len(texts))]
+        sse(h, events)
         return
     json_reply(h, 200, {"choices": [{"index": i, "text": t, "finish_reason": "stop"} for i, t in enumerate(texts)]})
 

@@ -94,7 +94,7 @@ def test_a_streamed_fill_sends_drafts_as_it_forms(engine_server: Engine) -> None
         )
     )
     assert engine_server.seen[-1].body["stream"] is True
-    assert drafts == [(1, ["co"]), (2, ["count"])] and r.text == "count"
+    assert drafts == [(1, ["co"]), (2, ["count"]), (3, ["count"])] and r.text == "count"  # the last: its end
 
 
 def test_the_connection_is_kept_alive_between_fills(engine_server: Engine) -> None:

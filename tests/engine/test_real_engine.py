@@ -1,0 +1,119 @@
+"""The remote backend against a real inference engine: llama.cpp's server (xllamacpp, in
+process) on a GGUF written at test time (tests/real_engine.py). Its fills are strings of
+x and y that never end by themselves, so how many tokens the engine computed says what
+reached it: the span's budget, and whether a cancelled fill stopped."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine.infill import FillControl, InfillRequest
+from engine.remote import RemoteConfig, RemoteEngine
+from tests.real_engine import RunningEngine, llama_server, write_gguf
+
+pytest.importorskip("xllamacpp")
+
+PREFIX = "def total(items):\n    count = 0\n    for item in items:\n        count += item\n    return "
+SUFFIX = "\n\n\nprint(total([1, 2]))\n"
+DIALECTS = ("llama-infill", "openai-fim", "vllm")
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningEngine]:
+    model = write_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
+    with llama_server(model, slots=3) as engine:
+        yield engine
+
+
+def idle(engine: RunningEngine) -> dict[str, float]:
+    """The engine's counters once nothing is being computed."""
+    deadline = time.monotonic() + 20
+    while (m := engine.metrics())["requests_processing"] > 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return m
+
+
+def remote(engine: RunningEngine, dialect: str, **kw: object) -> RemoteEngine:
+    return RemoteEngine(RemoteConfig(endpoint=engine.url, dialect=dialect, **{"timeout_s": 20.0, **kw}))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_each_dialect_fills_from_the_engine_within_the_spans_budget(llama: RunningEngine, dialect: str) -> None:
+    eng = remote(llama, dialect)
+    before = idle(llama)["tokens_predicted_total"]
+    r = eng.fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX, language="python"))
+    assert r.error is None and r.text and set(r.text) <= {"x", "y"}
+    # the model never ends a fill: it computed exactly the span's budget (one line: 32)
+    assert idle(llama)["tokens_predicted_total"] - before == r.canvas_tokens == 32
+    body = eng.fill(InfillRequest(prefix="def f(x):\n    ", suffix="\n", language="python", max_canvas_tokens=50))
+    assert body.error is None and body.canvas_tokens == 50
+    assert idle(llama)["tokens_predicted_total"] - before == 32 + 50
+
+
+@pytest.mark.parametrize("dialect", ["llama-infill", "openai-fim"])
+def test_alternatives_come_back_from_the_engine(llama: RunningEngine, dialect: str) -> None:
+    """n candidates in one request: llama.cpp's /infill answers n > 1 with an indexed stream
+    and no [DONE], its OpenAI endpoint with indexed choices."""
+    r = remote(llama, dialect).fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX, language="python", candidates=3))
+    assert r.error is None, r.error
+    texts = [c.text for c in r.candidates]
+    assert len(texts) == 3 and len(set(texts)) == 3 and all(set(t) <= {"x", "y"} and len(t) == 32 for t in texts)
+
+
+def test_drafts_stream_from_the_engine_as_the_fill_forms(llama: RunningEngine) -> None:
+    drafts: list[str] = []
+    r = remote(llama, "llama-infill").fill(
+        InfillRequest(
+            prefix=PREFIX,
+            suffix=SUFFIX,
+            language="python",
+            control=FillControl(on_draft=lambda step, texts: drafts.append(texts[0])),
+        )
+    )
+    assert r.error is None and len(drafts) >= 10
+    assert all(b.startswith(a) for a, b in zip(drafts, drafts[1:], strict=False)) and drafts[-1] == r.text
+
+
+def test_a_model_without_fim_tokens_gets_the_engines_own_message(tmp_path: Path) -> None:
+    with llama_server(write_gguf(tmp_path / "no-fim.gguf", fim=False)) as plain:
+        r = remote(plain, "llama-infill").fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX, language="python"))
+    assert r.candidates == [] and r.error is not None and "HTTP 501" in r.error
+
+
+def test_a_cancelled_fill_stops_the_engine(tmp_path: Path) -> None:
+    """The fill is cancelled 100 ms into a 2,000-token request: the engine stops within a
+    few tokens (streamed, it notices the client leave at its next token). A request left
+    to run, or not streamed, computes all 2,000 (llama.cpp finishes a non-streamed fill
+    whose client has gone)."""
+    with llama_server(write_gguf(tmp_path / "slow.gguf", width=512, layers=4)) as slow:
+        eng = remote(slow, "llama-infill")
+        before = idle(slow)["tokens_predicted_total"]
+        cancelled = threading.Event()
+        threading.Timer(0.1, cancelled.set).start()
+        t0 = time.monotonic()
+        r = eng.fill(
+            InfillRequest(prefix="x = ", suffix="\n", canvas_tokens=2000, control=FillControl(cancel=cancelled.is_set))
+        )
+        assert r.stop_reason == "cancelled" and r.candidates == [] and time.monotonic() - t0 < 1.0
+        time.sleep(0.3)
+        computed = idle(slow)["tokens_predicted_total"] - before
+        assert 0 < computed < 200, computed
+        # and the next request is served on a fresh connection
+        again = eng.fill(InfillRequest(prefix="x = ", suffix="\n", canvas_tokens=5))
+        assert again.error is None and again.text == "xxxxx"
+
+
+def test_an_engine_that_went_away_is_said_so_and_not_hammered(tmp_path: Path) -> None:
+    with llama_server(write_gguf(tmp_path / "gone.gguf")) as gone:
+        eng = remote(gone, "llama-infill", timeout_s=2.0)
+        assert eng.fill(InfillRequest(prefix="x = ", suffix="\n", canvas_tokens=3)).text == "xxx"
+    first = eng.fill(InfillRequest(prefix="x = ", suffix="\n", canvas_tokens=3))
+    assert first.candidates == [] and first.error is not None and gone.url.split("//")[1] in first.error
+    sent = eng.requests
+    second = eng.fill(InfillRequest(prefix="x = ", suffix="\n", canvas_tokens=3))
+    assert second.error == first.error and eng.requests == sent  # the backoff answers without a request

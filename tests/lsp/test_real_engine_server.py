@@ -1,0 +1,113 @@
+"""The language server on a real inference engine (llama.cpp's server through xllamacpp,
+tests/real_engine.py), set up with the two settings a user sets (`endpoint`, `dialect`):
+ghost text, Invoked alternatives, drafts and Fill hole come from the engine."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import pytest_lsp
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+
+from tests.real_engine import RunningEngine, llama_server, write_gguf
+
+pytest.importorskip("xllamacpp")
+
+URI = "file:///work/real.py"
+TEXT = "def total(items):\n    count = 0\n    for item in items:\n        count += item\n    return \n"
+CURSOR = types.Position(4, 11)  # after `return `
+HOLE_URI = "file:///work/hole.py"
+HOLE_TEXT = "def area(w, h):\n    # TODO\n\n\nprint(area(2, 3))\n"
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningEngine]:
+    with llama_server(write_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf"), slots=3) as engine:
+        yield engine
+
+
+@pytest_lsp.fixture(config=ClientServerConfig(server_command=[sys.executable, "-m", "lsp_server"]), scope="module")
+async def client(lsp_client: LanguageClient, llama: RunningEngine):  # type: ignore[no-untyped-def]
+    caps = client_capabilities("visual_studio_code")
+    if caps.text_document is not None:
+        caps.text_document.inline_completion = types.InlineCompletionClientCapabilities()
+    drafts: list[Any] = []
+    lsp_client.feature("diffusion/draft")(lambda params: drafts.append(params))
+    lsp_client.drafts = drafts  # type: ignore[attr-defined]
+
+    @lsp_client.feature(types.WORKSPACE_APPLY_EDIT)
+    def apply_edit(params: types.ApplyWorkspaceEditParams) -> types.ApplyWorkspaceEditResult:
+        return types.ApplyWorkspaceEditResult(applied=True)
+
+    await lsp_client.initialize_session(
+        types.InitializeParams(
+            capabilities=caps,
+            initialization_options={
+                "diffusionLsp": {"endpoint": llama.url, "dialect": "llama-infill", "alternatives": 3, "drafts": True}
+            },
+        )
+    )
+    for uri, text in ((URI, TEXT), (HOLE_URI, HOLE_TEXT)):
+        lsp_client.text_document_did_open(
+            types.DidOpenTextDocumentParams(types.TextDocumentItem(uri, "python", 1, text))
+        )
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def inline(client: LanguageClient, kind: types.InlineCompletionTriggerKind) -> list[str]:
+    result = await client.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(URI),
+            position=CURSOR,
+            context=types.InlineCompletionContext(trigger_kind=kind),
+        )
+    )
+    items = result.items if isinstance(result, types.InlineCompletionList) else result or []
+    return [i.insert_text if isinstance(i.insert_text, str) else i.insert_text.value for i in items]
+
+
+async def test_ghost_text_and_its_drafts_come_from_the_engine(client: LanguageClient) -> None:
+    drafts: list[Any] = client.drafts  # type: ignore[attr-defined]
+    drafts.clear()
+    (text,) = await inline(client, types.InlineCompletionTriggerKind.Automatic)
+    assert text == "x" * 32  # the greedy fill, the span's whole budget
+    texts = [d._asdict()["text"] for d in drafts]  # pygls hands custom notifications over as named tuples
+    assert len(texts) >= 2 and all(t and set(t) <= {"x"} for t in texts) and texts[-1] == text
+
+
+async def test_invoked_alternatives_come_from_the_engine(client: LanguageClient) -> None:
+    texts = await inline(client, types.InlineCompletionTriggerKind.Invoked)
+    assert len(texts) == 3 and len(set(texts)) == 3 and all(set(t) <= {"x", "y"} for t in texts)
+
+
+async def test_fill_hole_is_filled_by_the_engine(client: LanguageClient) -> None:
+    cursor = types.Position(1, 6)
+    result = await client.text_document_code_action_async(
+        types.CodeActionParams(
+            types.TextDocumentIdentifier(HOLE_URI), types.Range(cursor, cursor), types.CodeActionContext(diagnostics=[])
+        )
+    )
+    titles = [a.title for a in result or []]
+    assert "Fill hole" in titles
+    fill = next(a for a in result or [] if a.title == "Fill hole")
+    command = fill.command if isinstance(fill, types.CodeAction) else fill
+    assert command is not None
+    if isinstance(command.command, str) and command.command.startswith("{"):  # see test_code_actions.actions
+        import ast
+
+        nested = ast.literal_eval(command.command)
+        name, args = nested["command"], nested.get("arguments") or []
+    else:
+        name, args = command.command, command.arguments or []
+    edit = await client.workspace_execute_command_async(types.ExecuteCommandParams(name, args))
+    assert edit is not None, [m.message for m in client.messages]
+    (change,) = edit["documentChanges"]
+    (new,) = change["edits"]
+    assert new["range"]["start"]["line"] == 1 and new["newText"].strip() and set(new["newText"].strip()) <= {"x", "y"}
