@@ -3,6 +3,7 @@ against one engine, each through its own diffusion-lsp server (stdio, the real s
 with `endpoint` set, vLLM dialect). Prints JSON; never asserted in tests.
 
     python bench/remote_load.py [--editors 8] [--keystrokes 40] [--compute-ms 120]
+    python bench/remote_load.py --engine llama [--editors 8] [--keystrokes 40]
 
 The engine stands for one GPU: a loopback HTTP server (OpenAI completions, as vLLM)
 that computes one request at a time for `compute-ms`, in 5 ms slices, and aborts a
@@ -28,6 +29,15 @@ it stops and waits for the last answer. Reported:
   answer_crossed_cancel  computed in full, superseded while the answer was on its way
   misplaced           answers shown for another request's text: must be 0
   lost                editors whose final request got no suggestion: must be 0
+
+`--engine llama` puts a real engine in the GPU's place: llama.cpp's server (xllamacpp,
+tests/real_engine.py) with one slot, on a GGUF written for the run (`--width`, `--layers`
+set the time a token costs), spoken to in the `llama-infill` dialect. Its fills never end
+by themselves, so each costs the span's whole budget (32 tokens for this line), and its
+own counters say what it computed: `engine` then holds the requests the servers sent, the
+prompts evaluated and the tokens decoded, and `tokens_for_superseded` the tokens decoded
+beyond the fills that were shown (work for requests whose client had gone). Its text does
+not depend on the prompt, so `misplaced` cannot be checked (null).
 """
 
 from __future__ import annotations
@@ -154,7 +164,7 @@ class Sent:
     text: str | None = None
 
 
-async def editor(i: int, url: str, keystrokes: int, pace_s: float, seed: int) -> dict[str, Any]:
+async def editor(i: int, url: str, keystrokes: int, pace_s: float, seed: int, dialect: str = "vllm") -> dict[str, Any]:
     rng = random.Random(seed + i)
     uri = f"file:///load/editor{i}.py"
     client = make_test_lsp_client()
@@ -162,7 +172,7 @@ async def editor(i: int, url: str, keystrokes: int, pace_s: float, seed: int) ->
     caps = client_capabilities("visual_studio_code")
     assert caps.text_document is not None
     caps.text_document.inline_completion = types.InlineCompletionClientCapabilities()
-    options = {"diffusionLsp": {"endpoint": url, "dialect": "vllm", "remoteModel": "load-test", "drafts": False}}
+    options = {"diffusionLsp": {"endpoint": url, "dialect": dialect, "remoteModel": "load-test", "drafts": False}}
     await client.initialize_session(types.InitializeParams(capabilities=caps, initialization_options=options))
     version = 1
     text = HEAD
@@ -208,6 +218,7 @@ async def editor(i: int, url: str, keystrokes: int, pace_s: float, seed: int) ->
         pending.append(asyncio.ensure_future(ask(s, col + 1)))
         await asyncio.sleep(pace_s * rng.uniform(0.5, 1.5))
     await asyncio.gather(*pending)
+    calls = await client.workspace_execute_command_async(types.ExecuteCommandParams("diffusion.stats"))
     await client.shutdown_session()
     shown = [s for s in sent if s.text is not None]
     return {
@@ -219,6 +230,7 @@ async def editor(i: int, url: str, keystrokes: int, pace_s: float, seed: int) ->
         "misplaced": sum(not (s.text or "").startswith(tag(s.prefix)) for s in shown),
         "last_ms": (sent[-1].answered_at - sent[-1].at) * 1000 if sent[-1].text and sent[-1].answered_at else None,
         "lost": sent[-1].text is None,
+        "engine_calls": calls["engine_calls"] if isinstance(calls, dict) else None,
     }
 
 
@@ -228,7 +240,64 @@ def pct(xs: list[float], q: float) -> float | None:
     return round(sorted(xs)[int(q * (len(xs) - 1))], 1)
 
 
+async def llama_load(args: argparse.Namespace) -> dict[str, Any]:
+    """The load test against llama.cpp's server (see the module's docstring)."""
+    import tempfile
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.real_engine import llama_server, write_gguf
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = write_gguf(Path(tmp) / "load.gguf", width=args.width, layers=args.layers)
+        with llama_server(model, slots=1, threads=args.threads) as engine:
+            before = engine.metrics()
+            t0 = time.perf_counter()
+            results = await asyncio.wait_for(
+                asyncio.gather(
+                    *(
+                        editor(i, engine.url, args.keystrokes, args.pace_ms / 1000, args.seed, "llama-infill")
+                        for i in range(args.editors)
+                    )
+                ),
+                timeout=args.timeout_s,
+            )
+            wall = time.perf_counter() - t0
+            while engine.metrics()["requests_processing"] > 0:
+                await asyncio.sleep(0.05)
+            after = engine.metrics()
+    delta = {k: after[k] - before[k] for k in ("prompt_tokens_total", "tokens_predicted_total", "n_decode_total")}
+    latency = [x for r in results for x in r["latency_ms"]]
+    last = [r["last_ms"] for r in results if r["last_ms"] is not None]
+    shown = sum(len(r["shown_tags"]) for r in results)
+    budget = 32  # the span's budget at the typing cursor (a one-line comment)
+    return {
+        "benchmark": "remote_load",
+        "engine_kind": "llama.cpp server (xllamacpp), 1 slot",
+        "model": {"width": args.width, "layers": args.layers, "threads": args.threads},
+        "editors": args.editors,
+        "keystrokes_per_editor": args.keystrokes,
+        "pace_ms": args.pace_ms,
+        "wall_s": round(wall, 1),
+        "requests_sent": sum(r["sent"] for r in results),
+        "suggestions_shown": shown,
+        "latency_ms": {"p50": pct(latency, 0.5), "p95": pct(latency, 0.95)},
+        "last_answer_ms": {"p50": pct(last, 0.5), "p95": pct(last, 0.95)},
+        "engine": {
+            "requests_from_servers": sum(r["engine_calls"] or 0 for r in results),
+            "prompt_tokens": delta["prompt_tokens_total"],
+            "tokens_decoded": delta["tokens_predicted_total"],
+        },
+        "tokens_for_superseded": delta["tokens_predicted_total"] - shown * budget,
+        "misplaced": None,
+        "lost": sum(r["lost"] for r in results),
+        "python": sys.version.split()[0],
+    }
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    if args.engine == "llama":
+        return await llama_load(args)
     server, stats = start_engine(args.compute_ms / 1000)
     url = f"http://127.0.0.1:{server.server_address[1]}"
     t0 = time.perf_counter()
@@ -283,6 +352,12 @@ def main() -> int:
     p.add_argument("--compute-ms", type=float, default=120.0, help="engine time per fill (one at a time)")
     p.add_argument("--timeout-s", type=float, default=300.0, help="the whole test's bound")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--engine", choices=("fake", "llama"), default="fake", help="the scripted GPU, or llama.cpp's server"
+    )
+    p.add_argument("--width", type=int, default=512, help="llama: the test model's width")
+    p.add_argument("--layers", type=int, default=4, help="llama: the test model's layers")
+    p.add_argument("--threads", type=int, default=1, help="llama: the engine's threads")
     args = p.parse_args()
     print(json.dumps(asyncio.run(main_async(args)), indent=2))
     return 0

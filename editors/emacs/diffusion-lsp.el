@@ -133,7 +133,8 @@ nil for the server's default (2000)."
   :type '(repeat string))
 
 (defcustom diffusion-lsp-drafts nil
-  "Whether the server sends drafts (not used by this client yet)."
+  "Whether the server sends drafts: the fill as it forms, shown after point
+(face `diffusion-lsp-draft') while an inline completion is pending."
   :type 'boolean)
 
 (defcustom diffusion-lsp-endpoint nil
@@ -387,6 +388,9 @@ that undoes the inserted label right (see the comment above)."
 (defface diffusion-lsp-ghost '((t :inherit shadow))
   "The inline completion shown after point.")
 
+(defface diffusion-lsp-draft '((t :inherit shadow :slant italic))
+  "A draft of the inline completion, shown while it forms.")
+
 (defcustom diffusion-lsp-inline-idle-delay 0.3
   "Idle seconds after an edit before `diffusion-lsp-inline-mode' asks for a fill.
 nil: ask only when `diffusion-lsp-inline-complete' is called."
@@ -406,6 +410,13 @@ Its properties: `diffusion-lsp-text' (what TAB inserts) and
 (defvar-local diffusion-lsp--stale-answers 0
   "How many inline completion answers came for a request already superseded.")
 
+(defvar-local diffusion-lsp--pending nil
+  "The JSON-RPC id of the pending inline completion request, or t when it is not
+known; nil when none is pending.  Drafts are shown only for it.")
+
+(defvar-local diffusion-lsp--draft nil
+  "The overlay showing the newest draft of the pending fill, or nil.")
+
 (defvar-local diffusion-lsp--idle-timer nil)
 (defvar-local diffusion-lsp--last-tick nil)
 
@@ -423,9 +434,38 @@ Its properties: `diffusion-lsp-text' (what TAB inserts) and
 (defvar diffusion-lsp-inline-keep-commands '(diffusion-lsp-inline-accept)
   "Commands that do not dismiss the ghost text.")
 
+(defun diffusion-lsp--clear-draft ()
+  "Remove the draft overlay, if any."
+  (when diffusion-lsp--draft
+    (delete-overlay diffusion-lsp--draft)
+    (setq diffusion-lsp--draft nil)))
+
+(defun diffusion-lsp--show-draft (id text)
+  "Show TEXT, a draft of request ID, after point while that request is pending."
+  (when (and diffusion-lsp--pending
+             (or (eq diffusion-lsp--pending t) (not id) (equal id diffusion-lsp--pending))
+             (stringp text) (not (string-empty-p text)))
+    (let ((display (copy-sequence text)))
+      (put-text-property 0 (length display) 'face 'diffusion-lsp-draft display)
+      (put-text-property 0 1 'cursor t display)
+      (unless (and diffusion-lsp--draft (overlay-buffer diffusion-lsp--draft))
+        (setq diffusion-lsp--draft (make-overlay (point) (point) nil nil t)))
+      (move-overlay diffusion-lsp--draft (point) (point))
+      (overlay-put diffusion-lsp--draft 'after-string display))))
+
+(cl-defmethod eglot-handle-notification
+  ((_server diffusion-lsp-server) (_method (eql diffusion/draft)) &key requestId textDocument text &allow-other-keys)
+  "Show a draft of the pending inline completion in the buffer it is for."
+  (when-let* ((uri (plist-get textDocument :uri))
+              (path (ignore-errors (eglot--uri-to-path uri)))
+              (buffer (find-buffer-visiting path)))
+    (with-current-buffer buffer
+      (diffusion-lsp--show-draft requestId text))))
+
 (defun diffusion-lsp-inline-dismiss ()
-  "Remove the ghost text, if any."
+  "Remove the ghost text and any draft."
   (interactive)
+  (diffusion-lsp--clear-draft)
   (when diffusion-lsp--ghost
     (set-marker (overlay-get diffusion-lsp--ghost 'diffusion-lsp-end) nil)
     (delete-overlay diffusion-lsp--ghost))
@@ -490,27 +530,39 @@ the fill it was running for this buffer."
         (buffer (current-buffer))
         (generation (cl-incf diffusion-lsp--generation)))
     (eglot--signal-textDocument/didChange)
-    (let ((tick (buffer-chars-modified-tick)))
-      (jsonrpc-async-request
-       server :textDocument/inlineCompletion
-       (append (eglot--TextDocumentPositionParams)
-               (list :context (list :triggerKind (if automatic 2 1))))
-       :success-fn (lambda (answer)
-                     (when (buffer-live-p buffer)
-                       (with-current-buffer buffer
-                         (diffusion-lsp--show generation tick answer))))
-       :error-fn (lambda (error)
-                   (when (buffer-live-p buffer)
-                     (with-current-buffer buffer
-                       (when (= generation diffusion-lsp--generation)
-                         (message "diffusion-lsp: inline completion failed: %s"
-                                  (plist-get error :message))))))
-       :timeout diffusion-lsp-request-timeout))))
+    (diffusion-lsp--clear-draft)
+    (setq diffusion-lsp--pending t)
+    (let* ((tick (buffer-chars-modified-tick))
+           (done (lambda ()
+                   (when (= generation diffusion-lsp--generation)
+                     (setq diffusion-lsp--pending nil)
+                     (diffusion-lsp--clear-draft))))
+           (sent (jsonrpc-async-request
+                  server :textDocument/inlineCompletion
+                  (append (eglot--TextDocumentPositionParams)
+                          (list :context (list :triggerKind (if automatic 2 1))))
+                  :success-fn (lambda (answer)
+                                (when (buffer-live-p buffer)
+                                  (with-current-buffer buffer
+                                    (funcall done)
+                                    (diffusion-lsp--show generation tick answer))))
+                  :error-fn (lambda (error)
+                              (when (buffer-live-p buffer)
+                                (with-current-buffer buffer
+                                  (when (= generation diffusion-lsp--generation)
+                                    (funcall done)
+                                    (message "diffusion-lsp: inline completion failed: %s"
+                                             (plist-get error :message))))))
+                  :timeout diffusion-lsp-request-timeout)))
+      ;; jsonrpc returns (ID TIMER): drafts of other requests are not shown
+      (when (and (eq diffusion-lsp--pending t) (integerp (car-safe sent)))
+        (setq diffusion-lsp--pending (car sent))))))
 
 (defun diffusion-lsp--pre-command ()
   "Dismiss the ghost text (and forget the pending request) on the next command."
   (unless (memq this-command diffusion-lsp-inline-keep-commands)
     (cl-incf diffusion-lsp--generation)
+    (setq diffusion-lsp--pending nil)
     (diffusion-lsp-inline-dismiss)))
 
 (defun diffusion-lsp--after-change (&rest _)
@@ -558,6 +610,7 @@ TAB inserts it; any other command, or an edit, dismisses it."
       (cancel-timer diffusion-lsp--idle-timer)
       (setq diffusion-lsp--idle-timer nil))
     (cl-incf diffusion-lsp--generation)
+    (setq diffusion-lsp--pending nil)
     (diffusion-lsp-inline-dismiss)))
 
 (defun diffusion-lsp-inline-mode-maybe ()

@@ -38,6 +38,11 @@
 (when-let ((server (getenv "DIFFUSION_LSP_TEST_SERVER")))
   (setq diffusion-lsp-server-command (split-string-and-unquote server)))
 
+;; A remote engine instead of the local model: the two settings a user sets.
+(when-let ((endpoint (getenv "DIFFUSION_LSP_TEST_ENDPOINT")))
+  (setq diffusion-lsp-endpoint endpoint
+        diffusion-lsp-dialect (or (getenv "DIFFUSION_LSP_TEST_DIALECT") "llama-infill")))
+
 (setq eglot-sync-connect t
       eglot-connect-timeout diffusion-lsp-test-wait-seconds
       diffusion-lsp-request-timeout diffusion-lsp-test-wait-seconds
@@ -236,6 +241,33 @@ buffer; TAB (through the keymap, as typed) inserts it; the file still parses."
       (should-not (diffusion-lsp-test-parse-error))
       (should-not (eq (key-binding (kbd "TAB")) #'diffusion-lsp-inline-accept))
       (save-buffer))))
+
+(defvar diffusion-lsp-test-drafts-shown nil
+  "The texts of the draft overlay each time one was shown, newest first.")
+
+(advice-add 'diffusion-lsp--show-draft :after
+            (lambda (&rest _)
+              (when-let ((draft diffusion-lsp--draft))
+                (push (substring-no-properties (overlay-get draft 'after-string))
+                      diffusion-lsp-test-drafts-shown))))
+
+(ert-deftest diffusion-lsp-test-drafts ()
+  "With `diffusion-lsp-drafts' on, the fill is shown as it forms (diffusion/draft
+notifications, an overlay after point) while the request is pending, and the
+answer replaces the draft with the ghost text."
+  (let ((diffusion-lsp-drafts t))
+    (diffusion-lsp-test-with-file "emacs_shapes.py"
+      (diffusion-lsp-inline-mode 1)
+      (setq diffusion-lsp-test-drafts-shown nil)
+      (let ((before (buffer-string))
+            (ghost (diffusion-lsp-test-at-some-site
+                    (lambda () (and (diffusion-lsp-test-ghost) diffusion-lsp-test-drafts-shown)))))
+        (should ghost)
+        (should (cl-every (lambda (d) (string-match-p "[^[:space:]]" d)) diffusion-lsp-test-drafts-shown))
+        (should-not diffusion-lsp--draft)     ; the answer cleared it
+        (should-not diffusion-lsp--pending)
+        (should diffusion-lsp--ghost)
+        (should (equal (buffer-string) before))))))
 
 (ert-deftest diffusion-lsp-test-inline-dismissed ()
   "The ghost text goes away on the next command, and when the buffer changes."

@@ -55,10 +55,14 @@ def ensure_emacs() -> tuple[str | None, str]:
     return (emacs, "installed") if emacs else (None, "apt-get installed Emacs, but it cannot load eglot")
 
 
-def run_ert(emacs: str, test: str, home: Path) -> subprocess.CompletedProcess[str]:
-    """Run one ert test (its full name) in a fresh `emacs --batch`."""
+def run_ert(
+    emacs: str, test: str, home: Path, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run one ert test (its full name) in a fresh `emacs --batch`; `extra_env` sets
+    DIFFUSION_LSP_TEST_ENDPOINT (and _DIALECT) to fill from a remote engine."""
     env = {
         **os.environ,
+        **(extra_env or {}),
         "HOME": str(home),  # nothing of the user's Emacs set-up, nothing written there
         "DIFFUSION_LSP_TEST_SERVER": shlex.join([sys.executable, "-m", "lsp_server"]),
         "DIFFUSION_LSP_TEST_PYTHON": sys.executable,

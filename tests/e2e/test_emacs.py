@@ -9,6 +9,7 @@ missing and we are root; otherwise these tests skip, saying so.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,9 +29,9 @@ def emacs() -> str:
     return path
 
 
-def check(emacs: str, test: str, home: Path) -> str:
+def check(emacs: str, test: str, home: Path, extra_env: dict[str, str] | None = None) -> str:
     """Run ert test `test` and fail with its output unless it passed."""
-    done = emacs_harness.run_ert(emacs, test, home)
+    done = emacs_harness.run_ert(emacs, test, home, extra_env)
     output = done.stdout + done.stderr
     assert done.returncode == 0 and "Ran 1 tests, 1 results as expected" in output, output[-6000:]
     return output
@@ -52,6 +53,10 @@ def test_completion_at_point_offers_and_inserts_the_fill(emacs: str, tmp_path: P
 
 def test_inline_overlay_appears_and_tab_accepts_it(emacs: str, tmp_path: Path) -> None:
     check(emacs, "diffusion-lsp-test-inline-overlay-tab-accepts", tmp_path)
+
+
+def test_drafts_show_the_fill_as_it_forms(emacs: str, tmp_path: Path) -> None:
+    check(emacs, "diffusion-lsp-test-drafts", tmp_path)
 
 
 def test_inline_overlay_is_dismissed_by_the_next_command_or_an_edit(emacs: str, tmp_path: Path) -> None:
@@ -100,3 +105,28 @@ def test_loading_changes_nothing_until_the_mode_is_on(emacs: str, tmp_path: Path
     )
     done = emacs_harness.run_eval(emacs, probe, tmp_path)
     assert "loaded:t on:t off:t" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def real_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """llama.cpp's server on a tiny GGUF (tests/real_engine.py): its fills are strings of x;
+    the environment that points the ert tests at it (endpoint and dialect)."""
+    pytest.importorskip("xllamacpp")
+    from tests.real_engine import llama_server, write_gguf
+
+    with llama_server(write_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf"), slots=3) as engine:
+        yield {"DIFFUSION_LSP_TEST_ENDPOINT": engine.url, "DIFFUSION_LSP_TEST_DIALECT": "llama-infill"}
+
+
+@pytest.mark.parametrize(
+    "test",
+    [
+        "diffusion-lsp-test-inline-overlay-tab-accepts",
+        "diffusion-lsp-test-fill-all-holes-parses",
+        "diffusion-lsp-test-drafts",
+    ],
+)
+def test_a_remote_engine_serves_emacs(emacs: str, tmp_path: Path, real_engine: dict[str, str], test: str) -> None:
+    """The same ert tests with the fills from llama.cpp's server (diffusion-lsp-endpoint
+    and diffusion-lsp-dialect set): the overlay and TAB, Fill all holes, drafts."""
+    check(emacs, test, tmp_path, real_engine)

@@ -6,6 +6,7 @@ fill's text: only that it appears, lands where it should, and leaves the file pa
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +126,39 @@ def test_the_suggest_and_dismiss_keys_use_only_neovims_public_api(tmp_path: Path
     at = offset(r["before"], 26, 0)
     assert r["after"] == r["before"][:at] + text + r["before"][at:]
     assert_parses(run)
+
+
+@pytest.fixture(scope="module")
+def real_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """llama.cpp's server on a tiny GGUF (tests/real_engine.py): its fills are x repeated."""
+    pytest.importorskip("xllamacpp")
+    from tests.real_engine import llama_server, write_gguf
+
+    with llama_server(write_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf"), slots=3) as engine:
+        yield engine.url
+
+
+def test_ghost_text_and_fill_holes_come_from_a_remote_engine(tmp_path: Path, real_engine: str) -> None:
+    """The two settings a user sets for a remote engine (endpoint, dialect): ghost text
+    accepted with Tab, then Fill holes, from llama.cpp's server."""
+    settings = {"endpoint": real_engine, "dialect": "llama-infill"}
+    # in `self.items[item.name] = item`, before the last `item`: x's there still parse (the
+    # engine writes no indentation, so a blank line would get nothing that parses)
+    for sub in ("ghost", "holes"):
+        (tmp_path / sub).mkdir()
+    run = run_scenario("ghost_text", "code/inventory.py", tmp_path / "ghost", line=26, col=37, settings=settings)
+    r = result_of(run)
+    served = [q for q in r["requests"] if q["answered"] and q["items"]]
+    assert served and set(served[-1]["first"].strip()) == {"x"}, r["requests"]
+    at = offset(r["before"], *r["cursor"])
+    assert r["after"] == r["before"][:at] + served[-1]["first"] + r["before"][at:]
+    assert_parses(run)
+    holes = run_scenario("fill_holes", "e2e/nvim_holes.py", tmp_path / "holes", settings=settings)
+    h = result_of(holes)
+    (edit,) = h["applied"]
+    (change,) = edit["documentChanges"]
+    assert len(change["edits"]) == 2 and all(
+        set(e["newText"].strip()) <= {"x", "y"} and e["newText"].strip() for e in change["edits"]
+    )
+    assert h["after"] == apply_edit(h["before"], edit)
+    assert_parses(holes)

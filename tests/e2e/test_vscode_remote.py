@@ -1,0 +1,62 @@
+"""VS Code end to end on a remote engine: the extension in real VS Code (code-server) with
+the two settings a user sets (`diffusionLsp.endpoint`, `diffusionLsp.dialect`), the fills
+coming from llama.cpp's server (xllamacpp, tests/real_engine.py: its fills are strings
+of x). Ghost text accepted with Tab, drafts reaching the editor, Fill all holes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e.test_vscode import HOLES, INVENTORY, STATUS_READY, _ask_for_ghost_text, _line_of, _save_and_read, parses
+from tests.e2e.vscode_harness import VSCode, vscode_session
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def remote_vscode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VSCode]:
+    pytest.importorskip("xllamacpp")
+    from tests.real_engine import llama_server, write_gguf
+
+    tmp = tmp_path_factory.mktemp("vscode-remote")
+    with llama_server(write_gguf(tmp / "tiny.gguf"), slots=3) as engine:
+        settings = {"diffusionLsp.endpoint": engine.url, "diffusionLsp.dialect": "llama-infill"}
+        with vscode_session(tmp, [INVENTORY, HOLES], settings) as vs:
+            vs.ui("openFile", name="inventory.py")
+            vs.ui("status", pattern=STATUS_READY, timeout=120_000)
+            yield vs
+
+
+def test_ghost_text_from_the_engine_is_accepted_with_tab(remote_vscode: VSCode) -> None:
+    vscode = remote_vscode
+    path = vscode.workspace / "inventory.py"
+    line = _line_of(path.read_text(), "        return self.price * self.quantity")
+    vscode.ui("goto", line=line, column=len("        return ") + 1)
+    vscode.ui("press", key="Shift+End")
+    vscode.ui("press", key="Delete")
+    ghost = _ask_for_ghost_text(vscode)
+    assert ghost.strip() and set(ghost.strip()) <= {"x", "y"}, ghost
+    before = path.read_text()
+    vscode.ui("press", key="Tab")
+    after = _save_and_read(vscode, path, before)
+    filled = after.splitlines()[line - 1]
+    assert filled == "        return " + ghost.strip(), (filled, vscode.diagnostics())
+    assert parses(after)
+    drafts = vscode.events("draft")
+    assert drafts and all(set(d.get("text", "")) <= {"x", "y"} for d in drafts), vscode.diagnostics()
+
+
+def test_fill_all_holes_from_the_engine(remote_vscode: VSCode) -> None:
+    vscode = remote_vscode
+    path = vscode.workspace / "holes.py"
+    before = path.read_text()
+    vscode.ui("openFile", name="holes.py")
+    count = len(vscode.events("command"))
+    vscode.ui("command", title="Diffusion: Fill all holes in file")
+    done = vscode.wait_events("command", count + 1)
+    assert done[-1]["command"] == "diffusion.fillAllHoles" and done[-1]["outcome"] == "served", vscode.diagnostics()
+    after = _save_and_read(vscode, path, before)
+    assert "    pass" not in after.splitlines() and "    ..." not in after.splitlines(), after
+    assert parses(after), after
