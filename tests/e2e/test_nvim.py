@@ -140,11 +140,11 @@ def real_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def test_ghost_text_and_fill_holes_come_from_a_remote_engine(tmp_path: Path, real_engine: str) -> None:
     """The two settings a user sets for a remote engine (endpoint, dialect): ghost text
-    accepted with Tab, then Fill holes, from llama.cpp's server."""
+    accepted with Tab, drafts as the fill streams in, then Fill holes, from llama.cpp's server."""
     settings = {"endpoint": real_engine, "dialect": "llama-infill"}
     # in `self.items[item.name] = item`, before the last `item`: x's there still parse (the
     # engine writes no indentation, so a blank line would get nothing that parses)
-    for sub in ("ghost", "holes"):
+    for sub in ("ghost", "drafts", "holes"):
         (tmp_path / sub).mkdir()
     run = run_scenario("ghost_text", "code/inventory.py", tmp_path / "ghost", line=26, col=37, settings=settings)
     r = result_of(run)
@@ -153,6 +153,20 @@ def test_ghost_text_and_fill_holes_come_from_a_remote_engine(tmp_path: Path, rea
     at = offset(r["before"], *r["cursor"])
     assert r["after"] == r["before"][:at] + served[-1]["first"] + r["before"][at:]
     assert_parses(run)
+    drafts = result_of(
+        run_scenario(
+            "drafts",
+            "code/inventory.py",
+            tmp_path / "drafts",
+            line=26,
+            col=37,
+            setup={"drafts": True},
+            settings=settings,
+        )
+    )
+    rendered = [d["rendered"] for d in drafts["drafts"]]
+    assert rendered and all(t and set(t) <= {"x"} for t in rendered), drafts["drafts"]  # each draft drawn as it came
+    assert drafts["drafts_left"] == 0 and set(drafts["ghost"]["text"]) == {"x"}  # the answer replaced them
     holes = run_scenario("fill_holes", "e2e/nvim_holes.py", tmp_path / "holes", settings=settings)
     h = result_of(holes)
     (edit,) = h["applied"]

@@ -107,6 +107,34 @@ function S.ghost_text(h)
   vim.cmd.write()
 end
 
+--- (1b) Drafts (setup `drafts = true`): the fill as it forms, rendered as an extmark while
+--- the request runs; the answer replaces it with the ghost text.
+function S.drafts(h)
+  local bufnr, client = open(h)
+  record_inline_requests(h, client)
+  local drafts = require('diffusion_lsp.drafts')
+  h.result.drafts = {}
+  local show = drafts.show
+  drafts.show = function(buf, client_id, params)
+    show(buf, client_id, params)
+    local marks = api.nvim_buf_get_extmarks(buf, drafts.namespace, 0, -1, { details = true })
+    local shown = {}
+    for _, mark in ipairs(marks) do
+      for _, chunk in ipairs(mark[4].virt_text or {}) do
+        shown[#shown + 1] = chunk[1]
+      end
+    end
+    table.insert(h.result.drafts, { text = params.text, rendered = table.concat(shown) })
+  end
+  go(h.spec.line, h.spec.col)
+  h:feed('i')
+  h.result.ghost = h:wait(function()
+    return ghost(bufnr)
+  end, 'ghost text')
+  h.result.drafts_left = #api.nvim_buf_get_extmarks(bufnr, drafts.namespace, 0, -1, {})
+  h:feed('<Esc>')
+end
+
 --- (2) :DiffusionFillHoles fills every hole of the buffer.
 function S.fill_holes(h)
   local bufnr = open(h)
