@@ -263,10 +263,8 @@ async def llama_load(args: argparse.Namespace) -> dict[str, Any]:
                 timeout=args.timeout_s,
             )
             wall = time.perf_counter() - t0
-            while engine.metrics()["requests_processing"] > 0:
-                await asyncio.sleep(0.05)
-            after = engine.metrics()
-    delta = {k: after[k] - before[k] for k in ("prompt_tokens_total", "tokens_predicted_total", "n_decode_total")}
+            after = engine.wait_idle()
+    delta = {k: after[k] - before[k] for k in ("prompt_tokens_total", "tokens_predicted_total")}
     latency = [x for r in results for x in r["latency_ms"]]
     last = [r["last_ms"] for r in results if r["last_ms"] is not None]
     shown = sum(len(r["shown_tags"]) for r in results)

@@ -367,6 +367,7 @@ class RemoteEngine:
         or `stop`. OpenAI streams end with [DONE], llama.cpp's /infill stream does not:
         the reply is whole when [DONE] comes or every candidate has ended."""
         texts = [""] * n
+        seen: set[int] = set()
         ended: set[int] = set()
         done = False
         for step, event in enumerate(_sse_events(resp), 1):
@@ -375,20 +376,23 @@ class RemoteEngine:
             if event == "[DONE]":
                 done = True
                 break
+            before = list(texts)
             chunk = _json(event.encode("utf-8"))
             for i, piece, end in self._pieces(chunk):
                 if 0 <= i < n:
                     texts[i] += piece
+                    seen.add(i)
                     if end:
                         ended.add(i)
-            if req.control.on_draft is not None:
+            if req.control.on_draft is not None and texts != before:
                 req.control.on_draft(step, list(texts))
             if len(ended) == n and self.cfg.dialect == "llama-infill":
                 done = True
                 break
         if watcher.fired:
             raise _Cancelled(watcher.fired)
-        if not done and len(ended) < n:
+        # a server that gives fewer candidates than asked (one without `n`) ends those it gave
+        if not done and not (ended and ended >= seen):
             raise RemoteError(f"{self.cfg.endpoint} cut the stream before the fill ended")
         resp.read()  # the rest (the last chunk's end), so the connection can be used again
         return _Reply(texts)

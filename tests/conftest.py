@@ -35,3 +35,14 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         autoregressive=True,  # random weights: the mode's mechanics, not its quality
     )
     return out
+
+
+@pytest.fixture(scope="session")
+def real_engine(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """llama.cpp's server (xllamacpp, a dev dependency) with 3 slots on the tiny GGUF of
+    tests/real_engine.py, for the whole session: every fill is a string of x and y."""
+    pytest.importorskip("xllamacpp")
+    from tests.real_engine import llama_server, write_gguf
+
+    with llama_server(write_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf"), slots=3) as engine:
+        yield engine

@@ -15,9 +15,7 @@ parse as identifiers. ``width`` sets the model's size, and so the time one token
 from __future__ import annotations
 
 import contextlib
-import json
 import socket
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -130,12 +128,14 @@ class RunningEngine:
                 out[name[len("llamacpp:") :]] = float(value)
         return out
 
-    def post(self, path: str, body: dict[str, Any], timeout: float = 30) -> Any:
-        req = urllib.request.Request(
-            self.url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return json.loads(r.read())
+    def wait_idle(self, timeout_s: float = 30.0) -> dict[str, float]:
+        """The counters once nothing is being computed; TimeoutError past `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while (m := self.metrics())["requests_processing"] > 0:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the engine at {self.url} was still computing after {timeout_s:g} s")
+            time.sleep(0.02)
+        return m
 
 
 @contextlib.contextmanager
@@ -172,9 +172,3 @@ def llama_server(model: Path, *, slots: int = 1, threads: int = 1, ctx: int = 81
         yield running
     finally:
         running.server = None  # the last reference: the server stops (its destructor joins its loop)
-
-
-def run_in_thread(fn: Any, *args: Any) -> threading.Thread:
-    t = threading.Thread(target=fn, args=args, daemon=True)
-    t.start()
-    return t

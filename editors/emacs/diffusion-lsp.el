@@ -553,6 +553,9 @@ the fill it was running for this buffer."
                                     (funcall done)
                                     (message "diffusion-lsp: inline completion failed: %s"
                                              (plist-get error :message))))))
+                  :timeout-fn (lambda ()
+                                (when (buffer-live-p buffer)
+                                  (with-current-buffer buffer (funcall done))))
                   :timeout diffusion-lsp-request-timeout)))
       ;; jsonrpc returns (ID TIMER): drafts of other requests are not shown
       (when (and (eq diffusion-lsp--pending t) (integerp (car-safe sent)))
@@ -566,7 +569,8 @@ the fill it was running for this buffer."
     (diffusion-lsp-inline-dismiss)))
 
 (defun diffusion-lsp--after-change (&rest _)
-  "Dismiss the ghost text when the buffer changes."
+  "Dismiss the ghost text when the buffer changes (the pending fill is stale)."
+  (setq diffusion-lsp--pending nil)
   (diffusion-lsp-inline-dismiss))
 
 (defun diffusion-lsp--post-command ()

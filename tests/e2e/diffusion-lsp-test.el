@@ -258,10 +258,11 @@ answer replaces the draft with the ghost text."
   (let ((diffusion-lsp-drafts t))
     (diffusion-lsp-test-with-file "emacs_shapes.py"
       (diffusion-lsp-inline-mode 1)
-      (setq diffusion-lsp-test-drafts-shown nil)
       (let ((before (buffer-string))
             (ghost (diffusion-lsp-test-at-some-site
-                    (lambda () (and (diffusion-lsp-test-ghost) diffusion-lsp-test-drafts-shown)))))
+                    (lambda ()
+                      (setq diffusion-lsp-test-drafts-shown nil) ; this site's drafts only
+                      (and (diffusion-lsp-test-ghost) diffusion-lsp-test-drafts-shown)))))
         (should ghost)
         (should (cl-every (lambda (d) (string-match-p "[^[:space:]]" d)) diffusion-lsp-test-drafts-shown))
         (should-not diffusion-lsp--draft)     ; the answer cleared it

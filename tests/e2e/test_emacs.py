@@ -9,12 +9,12 @@ missing and we are root; otherwise these tests skip, saying so.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.e2e import emacs_harness
+from tests.real_engine import RunningEngine
 
 pytestmark = pytest.mark.e2e
 
@@ -107,15 +107,10 @@ def test_loading_changes_nothing_until_the_mode_is_on(emacs: str, tmp_path: Path
     assert "loaded:t on:t off:t" in done.stdout, done.stdout + done.stderr
 
 
-@pytest.fixture(scope="module")
-def real_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """llama.cpp's server on a tiny GGUF (tests/real_engine.py): its fills are strings of x;
-    the environment that points the ert tests at it (endpoint and dialect)."""
-    pytest.importorskip("xllamacpp")
-    from tests.real_engine import llama_server, write_gguf
-
-    with llama_server(write_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf"), slots=3) as engine:
-        yield {"DIFFUSION_LSP_TEST_ENDPOINT": engine.url, "DIFFUSION_LSP_TEST_DIALECT": "llama-infill"}
+@pytest.fixture()
+def remote_env(real_engine: RunningEngine) -> dict[str, str]:
+    """The environment that points the ert tests at llama.cpp's server (endpoint, dialect)."""
+    return {"DIFFUSION_LSP_TEST_ENDPOINT": real_engine.url, "DIFFUSION_LSP_TEST_DIALECT": "llama-infill"}
 
 
 @pytest.mark.parametrize(
@@ -126,7 +121,7 @@ def real_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
         "diffusion-lsp-test-drafts",
     ],
 )
-def test_a_remote_engine_serves_emacs(emacs: str, tmp_path: Path, real_engine: dict[str, str], test: str) -> None:
+def test_a_remote_engine_serves_emacs(emacs: str, tmp_path: Path, remote_env: dict[str, str], test: str) -> None:
     """The same ert tests with the fills from llama.cpp's server (diffusion-lsp-endpoint
     and diffusion-lsp-dialect set): the overlay and TAB, Fill all holes, drafts."""
-    check(emacs, test, tmp_path, real_engine)
+    check(emacs, test, tmp_path, remote_env)

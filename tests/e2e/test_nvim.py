@@ -6,13 +6,13 @@ fill's text: only that it appears, lands where it should, and leaves the file pa
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.e2e.nvim_harness import FIXTURES, Run, run_scenario
+from tests.real_engine import RunningEngine
 
 pytestmark = pytest.mark.e2e
 
@@ -128,20 +128,10 @@ def test_the_suggest_and_dismiss_keys_use_only_neovims_public_api(tmp_path: Path
     assert_parses(run)
 
 
-@pytest.fixture(scope="module")
-def real_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """llama.cpp's server on a tiny GGUF (tests/real_engine.py): its fills are x repeated."""
-    pytest.importorskip("xllamacpp")
-    from tests.real_engine import llama_server, write_gguf
-
-    with llama_server(write_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf"), slots=3) as engine:
-        yield engine.url
-
-
-def test_ghost_text_and_fill_holes_come_from_a_remote_engine(tmp_path: Path, real_engine: str) -> None:
+def test_ghost_text_and_fill_holes_come_from_a_remote_engine(tmp_path: Path, real_engine: RunningEngine) -> None:
     """The two settings a user sets for a remote engine (endpoint, dialect): ghost text
     accepted with Tab, drafts as the fill streams in, then Fill holes, from llama.cpp's server."""
-    settings = {"endpoint": real_engine, "dialect": "llama-infill"}
+    settings = {"endpoint": real_engine.url, "dialect": "llama-infill"}
     # in `self.items[item.name] = item`, before the last `item`: x's there still parse (the
     # engine writes no indentation, so a blank line would get nothing that parses)
     for sub in ("ghost", "drafts", "holes"):

@@ -11,22 +11,18 @@ import pytest
 
 from tests.e2e.test_vscode import HOLES, INVENTORY, STATUS_READY, _ask_for_ghost_text, _line_of, _save_and_read, parses
 from tests.e2e.vscode_harness import VSCode, vscode_session
+from tests.real_engine import RunningEngine
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def remote_vscode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VSCode]:
-    pytest.importorskip("xllamacpp")
-    from tests.real_engine import llama_server, write_gguf
-
-    tmp = tmp_path_factory.mktemp("vscode-remote")
-    with llama_server(write_gguf(tmp / "tiny.gguf"), slots=3) as engine:
-        settings = {"diffusionLsp.endpoint": engine.url, "diffusionLsp.dialect": "llama-infill"}
-        with vscode_session(tmp, [INVENTORY, HOLES], settings) as vs:
-            vs.ui("openFile", name="inventory.py")
-            vs.ui("status", pattern=STATUS_READY, timeout=120_000)
-            yield vs
+def remote_vscode(tmp_path_factory: pytest.TempPathFactory, real_engine: RunningEngine) -> Iterator[VSCode]:
+    settings = {"diffusionLsp.endpoint": real_engine.url, "diffusionLsp.dialect": "llama-infill"}
+    with vscode_session(tmp_path_factory.mktemp("vscode-remote"), [INVENTORY, HOLES], settings) as vs:
+        vs.ui("openFile", name="inventory.py")
+        vs.ui("status", pattern=STATUS_READY, timeout=120_000)
+        yield vs
 
 
 def test_ghost_text_from_the_engine_is_accepted_with_tab(remote_vscode: VSCode) -> None:
@@ -45,7 +41,7 @@ def test_ghost_text_from_the_engine_is_accepted_with_tab(remote_vscode: VSCode) 
     assert filled == "        return " + ghost.strip(), (filled, vscode.diagnostics())
     assert parses(after)
     drafts = vscode.events("draft")
-    assert drafts and all(set(d.get("text", "")) <= {"x", "y"} for d in drafts), vscode.diagnostics()
+    assert drafts and all(d["text"] and set(d["text"]) <= {"x", "y"} for d in drafts), vscode.diagnostics()
 
 
 def test_fill_all_holes_from_the_engine(remote_vscode: VSCode) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,51 +22,36 @@ SUFFIX = "\n\n\nprint(total([1, 2]))\n"
 DIALECTS = ("llama-infill", "openai-fim", "vllm")
 
 
-@pytest.fixture(scope="module")
-def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningEngine]:
-    model = write_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
-    with llama_server(model, slots=3) as engine:
-        yield engine
-
-
-def idle(engine: RunningEngine) -> dict[str, float]:
-    """The engine's counters once nothing is being computed."""
-    deadline = time.monotonic() + 20
-    while (m := engine.metrics())["requests_processing"] > 0 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return m
-
-
 def remote(engine: RunningEngine, dialect: str, **kw: object) -> RemoteEngine:
     return RemoteEngine(RemoteConfig(endpoint=engine.url, dialect=dialect, **{"timeout_s": 20.0, **kw}))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
-def test_each_dialect_fills_from_the_engine_within_the_spans_budget(llama: RunningEngine, dialect: str) -> None:
-    eng = remote(llama, dialect)
-    before = idle(llama)["tokens_predicted_total"]
+def test_each_dialect_fills_from_the_engine_within_the_spans_budget(real_engine: RunningEngine, dialect: str) -> None:
+    eng = remote(real_engine, dialect)
+    before = real_engine.wait_idle()["tokens_predicted_total"]
     r = eng.fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX, language="python"))
     assert r.error is None and r.text and set(r.text) <= {"x", "y"}
     # the model never ends a fill: it computed exactly the span's budget (one line: 32)
-    assert idle(llama)["tokens_predicted_total"] - before == r.canvas_tokens == 32
+    assert real_engine.wait_idle()["tokens_predicted_total"] - before == r.canvas_tokens == 32
     body = eng.fill(InfillRequest(prefix="def f(x):\n    ", suffix="\n", language="python", max_canvas_tokens=50))
     assert body.error is None and body.canvas_tokens == 50
-    assert idle(llama)["tokens_predicted_total"] - before == 32 + 50
+    assert real_engine.wait_idle()["tokens_predicted_total"] - before == 32 + 50
 
 
 @pytest.mark.parametrize("dialect", ["llama-infill", "openai-fim"])
-def test_alternatives_come_back_from_the_engine(llama: RunningEngine, dialect: str) -> None:
+def test_alternatives_come_back_from_the_engine(real_engine: RunningEngine, dialect: str) -> None:
     """n candidates in one request: llama.cpp's /infill answers n > 1 with an indexed stream
     and no [DONE], its OpenAI endpoint with indexed choices."""
-    r = remote(llama, dialect).fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX, language="python", candidates=3))
+    r = remote(real_engine, dialect).fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX, language="python", candidates=3))
     assert r.error is None, r.error
     texts = [c.text for c in r.candidates]
     assert len(texts) == 3 and len(set(texts)) == 3 and all(set(t) <= {"x", "y"} and len(t) == 32 for t in texts)
 
 
-def test_drafts_stream_from_the_engine_as_the_fill_forms(llama: RunningEngine) -> None:
+def test_drafts_stream_from_the_engine_as_the_fill_forms(real_engine: RunningEngine) -> None:
     drafts: list[str] = []
-    r = remote(llama, "llama-infill").fill(
+    r = remote(real_engine, "llama-infill").fill(
         InfillRequest(
             prefix=PREFIX,
             suffix=SUFFIX,
@@ -92,16 +76,15 @@ def test_a_cancelled_fill_stops_the_engine(tmp_path: Path) -> None:
     whose client has gone)."""
     with llama_server(write_gguf(tmp_path / "slow.gguf", width=512, layers=4)) as slow:
         eng = remote(slow, "llama-infill")
-        before = idle(slow)["tokens_predicted_total"]
+        before = slow.wait_idle()["tokens_predicted_total"]
         cancelled = threading.Event()
         threading.Timer(0.1, cancelled.set).start()
-        t0 = time.monotonic()
         r = eng.fill(
             InfillRequest(prefix="x = ", suffix="\n", canvas_tokens=2000, control=FillControl(cancel=cancelled.is_set))
         )
-        assert r.stop_reason == "cancelled" and r.candidates == [] and time.monotonic() - t0 < 1.0
+        assert r.stop_reason == "cancelled" and r.candidates == []
         time.sleep(0.3)
-        computed = idle(slow)["tokens_predicted_total"] - before
+        computed = slow.wait_idle()["tokens_predicted_total"] - before
         assert 0 < computed < 200, computed
         # and the next request is served on a fresh connection
         again = eng.fill(InfillRequest(prefix="x = ", suffix="\n", canvas_tokens=5))

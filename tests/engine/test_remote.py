@@ -94,7 +94,40 @@ def test_a_streamed_fill_sends_drafts_as_it_forms(engine_server: Engine) -> None
         )
     )
     assert engine_server.seen[-1].body["stream"] is True
-    assert drafts == [(1, ["co"]), (2, ["count"]), (3, ["count"])] and r.text == "count"  # the last: its end
+    assert drafts == [(1, ["co"]), (2, ["count"])] and r.text == "count"  # its end changes nothing: no draft
+
+
+def llama_stream(h: Any, body: dict[str, Any]) -> None:
+    """llama-server's /infill stream: the n candidates' pieces interleaved by `index`, each
+    ended by its own `stop`, no [DONE] (a server without `n` gives index 0 only)."""
+    texts = ["count", "sum(items)", "len(items)"][: body.get("n", 1)]
+    events = [
+        {"index": i, "content": t[k : k + 3], "stop": False} for k in range(0, 12, 3) for i, t in enumerate(texts)
+    ]
+    sse(h, [*events, *({"index": i, "content": "", "stop": True} for i in range(len(texts)))], done=False)
+    h.wfile.write(b"0\r\n\r\n")
+
+
+def test_llama_infill_streams_n_candidates_by_index_on_one_connection(engine_server: Engine) -> None:
+    engine_server.reply = llama_stream
+    eng = remote(engine_server.url, dialect="llama-infill")
+    for _ in range(2):  # the second fill reuses the connection the first left clean
+        r = eng.fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX, language="python", candidates=3))
+        assert r.error is None and [c.text for c in r.candidates] == ["count", "sum(items)", "len(items)"]
+    assert engine_server.seen[-1].body["n"] == 3 and len({s.port for s in engine_server.seen}) == 1
+    # a server that ignores `n` streams one candidate: that one, not "a cut stream"
+    engine_server.reply = lambda h, b: llama_stream(h, {**b, "n": 1})
+    r = eng.fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX, language="python", candidates=3))
+    assert r.error is None and [c.text for c in r.candidates] == ["count"]
+
+    # one whose stream stops before a candidate ends is cut
+    def cut_short(h: Any, b: dict[str, Any]) -> None:
+        sse(h, [{"index": 0, "content": "cou", "stop": False}], done=False)
+        h.wfile.write(b"0\r\n\r\n")  # the reply ends there
+
+    engine_server.reply = cut_short
+    cut = eng.fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX, language="python"))
+    assert cut.candidates == [] and cut.error is not None and "cut the stream" in cut.error
 
 
 def test_the_connection_is_kept_alive_between_fills(engine_server: Engine) -> None:

@@ -5,7 +5,6 @@ ghost text, Invoked alternatives, drafts and Fill hole come from the engine."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,7 +12,8 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
-from tests.real_engine import RunningEngine, llama_server, write_gguf
+from tests.lsp.test_code_actions import action
+from tests.real_engine import RunningEngine
 
 pytest.importorskip("xllamacpp")
 
@@ -26,14 +26,8 @@ HOLE_TEXT = "def area(w, h):\n    # TODO\n\n\nprint(area(2, 3))\n"
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
-@pytest.fixture(scope="module")
-def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningEngine]:
-    with llama_server(write_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf"), slots=3) as engine:
-        yield engine
-
-
 @pytest_lsp.fixture(config=ClientServerConfig(server_command=[sys.executable, "-m", "lsp_server"]), scope="module")
-async def client(lsp_client: LanguageClient, llama: RunningEngine):  # type: ignore[no-untyped-def]
+async def client(lsp_client: LanguageClient, real_engine: RunningEngine):  # type: ignore[no-untyped-def]
     caps = client_capabilities("visual_studio_code")
     if caps.text_document is not None:
         caps.text_document.inline_completion = types.InlineCompletionClientCapabilities()
@@ -49,7 +43,12 @@ async def client(lsp_client: LanguageClient, llama: RunningEngine):  # type: ign
         types.InitializeParams(
             capabilities=caps,
             initialization_options={
-                "diffusionLsp": {"endpoint": llama.url, "dialect": "llama-infill", "alternatives": 3, "drafts": True}
+                "diffusionLsp": {
+                    "endpoint": real_engine.url,
+                    "dialect": "llama-infill",
+                    "alternatives": 3,
+                    "drafts": True,
+                }
             },
         )
     )
@@ -89,24 +88,8 @@ async def test_invoked_alternatives_come_from_the_engine(client: LanguageClient)
 
 async def test_fill_hole_is_filled_by_the_engine(client: LanguageClient) -> None:
     cursor = types.Position(1, 6)
-    result = await client.text_document_code_action_async(
-        types.CodeActionParams(
-            types.TextDocumentIdentifier(HOLE_URI), types.Range(cursor, cursor), types.CodeActionContext(diagnostics=[])
-        )
-    )
-    titles = [a.title for a in result or []]
-    assert "Fill hole" in titles
-    fill = next(a for a in result or [] if a.title == "Fill hole")
-    command = fill.command if isinstance(fill, types.CodeAction) else fill
-    assert command is not None
-    if isinstance(command.command, str) and command.command.startswith("{"):  # see test_code_actions.actions
-        import ast
-
-        nested = ast.literal_eval(command.command)
-        name, args = nested["command"], nested.get("arguments") or []
-    else:
-        name, args = command.command, command.arguments or []
-    edit = await client.workspace_execute_command_async(types.ExecuteCommandParams(name, args))
+    _, command, arguments = await action(client, "Fill hole", types.Range(cursor, cursor), HOLE_URI)
+    edit = await client.workspace_execute_command_async(types.ExecuteCommandParams(command, arguments))
     assert edit is not None, [m.message for m in client.messages]
     (change,) = edit["documentChanges"]
     (new,) = change["edits"]
