@@ -192,13 +192,6 @@ def run_training(
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     defaults = {**DEFAULTS, "max_canvas_tokens": max(cfg.canvas_tokens, cfg.long_canvas_tokens)}
-    if cfg.ar_loss_weight > 0:
-        # spans of several lines decoded one token at a time: on run 3's held-out eval the
-        # same weights wrote valid block bodies 57.5% of the time that way against 54.0% on
-        # the canvas, function bodies 46.8% against 32.0%, in a third of the time or less (p50 245
-        # against 761 ms, 268 against 1,000 ms)
-        # (bench/results/2026-12-01-eval-model-run3.json, "baseline" against the default)
-        defaults["multiline_strategy"] = "autoregressive"
     save_model_dir(tmp, model, tok, "absorbing", defaults, card, autoregressive=cfg.ar_loss_weight > 0)
     if corpora:  # what the weights were trained on ships with them, next to the card
         (tmp / DATA_MANIFEST).write_text(data_manifest(corpora), encoding="utf-8")
