@@ -13,13 +13,11 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
 from tests.lsp.test_code_actions import action
+from tests.lsp.test_remote_server import TEXT, URI, inline  # the same file, cursor after `return `
 from tests.real_engine import RunningEngine
 
 pytest.importorskip("xllamacpp")
 
-URI = "file:///work/real.py"
-TEXT = "def total(items):\n    count = 0\n    for item in items:\n        count += item\n    return \n"
-CURSOR = types.Position(4, 11)  # after `return `
 HOLE_URI = "file:///work/hole.py"
 HOLE_TEXT = "def area(w, h):\n    # TODO\n\n\nprint(area(2, 3))\n"
 
@@ -58,18 +56,6 @@ async def client(lsp_client: LanguageClient, real_engine: RunningEngine):  # typ
         )
     yield
     await lsp_client.shutdown_session()
-
-
-async def inline(client: LanguageClient, kind: types.InlineCompletionTriggerKind) -> list[str]:
-    result = await client.text_document_inline_completion_async(
-        types.InlineCompletionParams(
-            text_document=types.TextDocumentIdentifier(URI),
-            position=CURSOR,
-            context=types.InlineCompletionContext(trigger_kind=kind),
-        )
-    )
-    items = result.items if isinstance(result, types.InlineCompletionList) else result or []
-    return [i.insert_text if isinstance(i.insert_text, str) else i.insert_text.value for i in items]
 
 
 async def test_ghost_text_and_its_drafts_come_from_the_engine(client: LanguageClient) -> None:
