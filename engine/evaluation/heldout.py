@@ -32,6 +32,7 @@ the share that fits is reported).
 
 from __future__ import annotations
 
+import difflib
 import random
 import statistics
 from dataclasses import dataclass, replace
@@ -160,6 +161,10 @@ def empty_outcome(task: Task) -> Outcome:
     )
 
 
+def _similarity(fill: str, middle: str) -> float:
+    return difflib.SequenceMatcher(None, fill.rstrip(), middle.rstrip(), autojunk=False).ratio()
+
+
 def _lines(text: str) -> int:
     """Lines of code in a fill or middle (a final line break ends a line, it starts none)."""
     return len(text.rstrip("\n").split("\n")) if text.strip() else 0
@@ -191,6 +196,11 @@ def summarize(tasks: list[Task], outcomes: list[Outcome]) -> dict[str, Any]:
             round(sum(bool(o.fill.strip()) and bool(o.syntax_valid) for o in checked_outcomes) / len(checked), 4)
             if checked
             else None
+        ),
+        # closeness to the real middle, 0..1 (difflib's ratio of the two texts, trailing
+        # whitespace aside): validity says a fill parses, this says whether it is the code
+        "edit_similarity": round(
+            statistics.mean(_similarity(o.fill, t.middle) for t, o in zip(tasks, outcomes, strict=True)), 4
         ),
         "steps_per_fill": round(statistics.mean(steps), 2),
         "tokens_per_fill": round(statistics.mean(o.tokens for o in outcomes), 2),

@@ -173,10 +173,23 @@ def test_small_eval_report(engine: InfillEngine, data: Path) -> None:
     for kind in (*KINDS, "function_body"):  # the floor: an empty middle, no model
         row = report["empty"][kind]
         assert row["exact_match"] == 0.0 and row["non_empty"] == 0.0 and row["syntax_valid_non_empty"] == 0.0
-        assert row["steps_per_fill"] == 0
+        assert row["steps_per_fill"] == 0 and row["edit_similarity"] == 0.0  # nothing is like a real middle
         for source in (report, report["baseline"]):  # valid & non-empty never exceeds either alone
             r = source[kind]
             assert r["syntax_valid_non_empty"] <= min(r["non_empty"], r["syntax_valid"])
     table = markdown_table(report)
     assert table.count("\n") == 2 + 4 * 3  # header, rule, 4 kinds x {diffusion, baseline, empty}
     assert f"| function_body | {one_by_one} | 3 |" in table and "| function_body | empty middle | 3 |" in table
+
+
+def test_edit_similarity_says_how_close_a_fill_is_to_the_middle() -> None:
+    from engine.evaluation.heldout import Outcome, Task, summarize
+
+    task = Task("def f(x):\n    return ", "x + 1", "\n", 32, True, True)
+
+    def score(fill: str) -> float:
+        return float(summarize([task], [Outcome(fill, fill == "x + 1", True, 1, 1, 1.0)])["edit_similarity"])
+
+    assert score("x + 1") == 1.0 and score("") == 0.0
+    assert score("x + 1\n") == 1.0  # trailing whitespace aside
+    assert 0.0 < score("x + 2") < 1.0 and score("x + 2") > score("y - 7")
