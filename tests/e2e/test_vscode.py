@@ -14,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -139,14 +140,20 @@ def _ask_for_ghost_text(vscode: VSCode) -> str:
     raise AssertionError("unreachable")
 
 
-def test_fill_all_holes_fills_both_holes(vscode: VSCode, explain: None) -> None:
+def fill_all_holes(vscode: VSCode) -> tuple[int, list[dict[str, Any]], str]:
+    """Run "Fill all holes in file" on holes.py from the command palette and save: the
+    command events before it, the events after it, and the saved file."""
     path = vscode.workspace / "holes.py"
     before = path.read_text()
     vscode.ui("openFile", name="holes.py")
     count = len(vscode.events("command"))
     vscode.ui("command", title="Diffusion: Fill all holes in file")
     done = vscode.wait_events("command", count + 1)
-    after = _save_and_read(vscode, path, before)
+    return count, done, _save_and_read(vscode, path, before)
+
+
+def test_fill_all_holes_fills_both_holes(vscode: VSCode, explain: None) -> None:
+    count, done, after = fill_all_holes(vscode)
     assert len(done) > count and done[-1]["command"] == "diffusion.fillAllHoles", vscode.diagnostics()
     assert done[-1]["outcome"] == "served", vscode.diagnostics()
     assert "    pass" not in after.splitlines(), f"the `pass` hole is still there:\n{after}"

@@ -9,7 +9,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.test_vscode import HOLES, INVENTORY, STATUS_READY, _ask_for_ghost_text, _line_of, _save_and_read, parses
+from tests.e2e.test_vscode import (
+    HOLES,
+    INVENTORY,
+    STATUS_READY,
+    _ask_for_ghost_text,
+    _line_of,
+    _save_and_read,
+    fill_all_holes,
+    parses,
+)
 from tests.e2e.vscode_harness import VSCode, vscode_session
 from tests.real_engine import RunningEngine
 
@@ -46,13 +55,7 @@ def test_ghost_text_from_the_engine_is_accepted_with_tab(remote_vscode: VSCode) 
 
 def test_fill_all_holes_from_the_engine(remote_vscode: VSCode) -> None:
     vscode = remote_vscode
-    path = vscode.workspace / "holes.py"
-    before = path.read_text()
-    vscode.ui("openFile", name="holes.py")
-    count = len(vscode.events("command"))
-    vscode.ui("command", title="Diffusion: Fill all holes in file")
-    done = vscode.wait_events("command", count + 1)
+    _, done, after = fill_all_holes(vscode)
     assert done[-1]["command"] == "diffusion.fillAllHoles" and done[-1]["outcome"] == "served", vscode.diagnostics()
-    after = _save_and_read(vscode, path, before)
     assert "    pass" not in after.splitlines() and "    ..." not in after.splitlines(), after
     assert parses(after), after
