@@ -18,7 +18,9 @@ through `encode`), a diffusion loss on the canvas.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -54,12 +56,19 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
-def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotary embedding. x: (B, H, T, D); positions: (T,) float."""
-    d = x.shape[-1]
-    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d))  # (D/2,)
+def rope_tables(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, sin) of the rotary angles, each (T, D/2), for positions (T,) float: computed
+    once per forward pass and shared by every layer."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim))
     freqs = positions[:, None] * inv_freq[None, :]  # (T, D/2)
-    cos, sin = freqs.cos(), freqs.sin()
+    return freqs.cos(), freqs.sin()
+
+
+Rotation = tuple[torch.Tensor, torch.Tensor]  # rope_tables' (cos, sin)
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding of interleaved pairs (x[2i], x[2i+1]). x: (B, H, T, D)."""
     x1, x2 = x[..., 0::2], x[..., 1::2]  # (B, H, T, D/2)
     out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (B, H, T, D/2, 2)
     return out.flatten(-2)
@@ -76,11 +85,12 @@ class Block(nn.Module):
         self.gate_up = nn.Linear(cfg.d_model, 2 * cfg.d_ff, bias=False)
         self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
 
-    def qkv_heads(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def qkv_heads(self, x: torch.Tensor, rot: Rotation | None) -> tuple[torch.Tensor, ...]:
+        """q, k (rotated by `rot`, rope_tables' (cos, sin); None: not rotated) and v, each (B, H, T, D)."""
         b, t, _ = x.shape
         h, d = self.cfg.n_heads, self.cfg.head_dim
         q, k, v = self.qkv(self.attn_norm(x)).view(b, t, 3, h, d).permute(2, 0, 3, 1, 4)  # 3 x (B, H, T, D)
-        return rope(q, positions, self.cfg.rope_theta), rope(k, positions, self.cfg.rope_theta), v
+        return (q, k, v) if rot is None else (rope(q, *rot), rope(k, *rot), v)
 
     def finish(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         b, _, t, _ = attn.shape
@@ -95,6 +105,44 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     if mask is not None:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     return torch.softmax(scores, dim=-1) @ v  # (B, H, Tq, D)
+
+
+def cached_causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor, rot: Rotation
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Attention of T new tokens (q, k, v: (1, H, T, D), q and k not yet rotated; `rot`
+    their rotation) over every cached token (past: (1, H, P, D), rotated) and, causally,
+    the new ones. Returns the output (1, H, T, D) and the keys and values with the new
+    tokens appended (1, H, P + T, D).
+
+    The export replaces this with onnxruntime's fused GroupQueryAttention (rotation
+    included), which computes the same thing without materialising the (T, P + T) mask
+    (engine/training/export.py)."""
+    q, k = rope(q, *rot), rope(k, *rot)
+    p, t = past_k.shape[2], q.shape[2]
+    keys, values = torch.cat((past_k, k), dim=2), torch.cat((past_v, v), dim=2)
+    causal = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
+    mask = torch.cat((torch.ones(t, p, dtype=torch.bool, device=q.device), causal), dim=1)  # (T, P+T)
+    return attend(q, keys, values, mask), keys, values
+
+
+CausalAttention = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Rotation],
+    tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+]
+
+
+def attend_with_context(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx_k: torch.Tensor, ctx_v: torch.Tensor
+) -> torch.Tensor:
+    """Bidirectional attention of a canvas (q, k, v: (B, H, C, D)) over itself and the
+    cached context (1, H, P, D), shared by the B rows. One softmax over both blocks of
+    scores, so it equals attention over [context; canvas], but the context is never copied
+    (no concatenation, no expansion to B rows): each step reads it once."""
+    q = q * (1.0 / math.sqrt(q.shape[-1]))
+    p = ctx_k.shape[2]
+    probs = torch.softmax(torch.cat((q @ ctx_k.transpose(-1, -2), q @ k.transpose(-1, -2)), dim=-1), dim=-1)
+    return probs[..., :p] @ ctx_v + probs[..., p:] @ v  # (B, H, C, D)
 
 
 class DiffusionCoder(nn.Module):
@@ -113,53 +161,56 @@ class DiffusionCoder(nn.Module):
                 nn.init.normal_(lin.weight, std=0.02 / math.sqrt(2 * cfg.n_layers))
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.einsum("bcd,vd->bcv", self.norm(x), self.embed.weight)  # tied output head
+        return F.linear(self.norm(x), self.embed.weight)  # tied output head: (..., d) -> (..., V)
 
     def encode(
         self,
         input_ids: torch.Tensor,
-        past_keys: torch.Tensor,
-        past_values: torch.Tensor,
+        past_keys: Sequence[torch.Tensor] | torch.Tensor,
+        past_values: Sequence[torch.Tensor] | torch.Tensor,
         logits_from: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, ...]:
-        """input_ids (1, T); past (L, 1, H, P, D) -> present (L, 1, H, P+T, D).
+        attention: CausalAttention = cached_causal_attention,
+    ) -> tuple[Any, ...]:
+        """input_ids (1, T); past: one (1, H, P, D) per layer (a list, or stacked as
+        (L, 1, H, P, D)) -> present keys and values, a list of (1, H, P+T, D) each.
 
         With ``logits_from`` (an int64 scalar tensor s, 0 <= s < T) also the next-token
         logits of new tokens s..T-1, (1, T - s, V): the autoregressive mode of the same
         weights (T - 1 for the next token only; 0 to score a whole continuation)."""
-        p, t = past_keys.shape[3], input_ids.shape[1]
+        p, t = past_keys[0].shape[2], input_ids.shape[1]
         positions = torch.arange(t, device=input_ids.device, dtype=torch.float32) + p
-        # new token i sees every cached token and new tokens j <= i
-        causal = torch.ones(t, t, dtype=torch.bool, device=input_ids.device).tril()
-        mask = torch.cat((torch.ones(t, p, dtype=torch.bool, device=input_ids.device), causal), dim=1)  # (T, P+T)
+        rot = rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta)
         x = self.embed(input_ids)  # (1, T, C)
         keys, values = [], []
         for i, layer in enumerate(self.layers):
             assert isinstance(layer, Block)
-            q, k, v = layer.qkv_heads(x, positions)
-            k = torch.cat((past_keys[i], k), dim=2)  # (1, H, P+T, D)
-            v = torch.cat((past_values[i], v), dim=2)
+            q, k, v = layer.qkv_heads(x, None)
+            out, k, v = attention(q, k, v, past_keys[i], past_values[i], rot)
             keys.append(k)
             values.append(v)
-            x = layer.finish(x, attend(q, k, v, mask))
+            x = layer.finish(x, out)
         if logits_from is None:
-            return torch.stack(keys), torch.stack(values)
+            return keys, values
         rows = torch.arange(t, device=input_ids.device)
         picked = torch.index_select(x, 1, rows[rows >= logits_from])  # (1, T - s, d)
-        return torch.stack(keys), torch.stack(values), self.logits(picked)
+        return keys, values, self.logits(picked)
 
-    def denoise(self, canvas_ids: torch.Tensor, ctx_keys: torch.Tensor, ctx_values: torch.Tensor) -> torch.Tensor:
-        """canvas_ids (B, C); context (L, 1, H, P, D) -> logits (B, C, V)."""
-        b, c = canvas_ids.shape
-        p = ctx_keys.shape[3]
+    def denoise(
+        self,
+        canvas_ids: torch.Tensor,
+        ctx_keys: Sequence[torch.Tensor] | torch.Tensor,
+        ctx_values: Sequence[torch.Tensor] | torch.Tensor,
+    ) -> torch.Tensor:
+        """canvas_ids (B, C); context: one (1, H, P, D) per layer -> logits (B, C, V)."""
+        c = canvas_ids.shape[1]
+        p = ctx_keys[0].shape[2]
         positions = torch.arange(c, device=canvas_ids.device, dtype=torch.float32) + p
+        rot = rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta)
         x = self.embed(canvas_ids)  # (B, C, d)
         for i, layer in enumerate(self.layers):
             assert isinstance(layer, Block)
-            q, k, v = layer.qkv_heads(x, positions)
-            k = torch.cat((ctx_keys[i].expand(b, -1, -1, -1), k), dim=2)  # (B, H, P+C, D)
-            v = torch.cat((ctx_values[i].expand(b, -1, -1, -1), v), dim=2)
-            x = layer.finish(x, attend(q, k, v, None))
+            q, k, v = layer.qkv_heads(x, rot)
+            x = layer.finish(x, attend_with_context(q, k, v, ctx_keys[i], ctx_values[i]))
         return self.logits(x)
 
     def forward_train(self, ctx_ids: torch.Tensor, ctx_valid: torch.Tensor, canvas_ids: torch.Tensor) -> torch.Tensor:
@@ -220,9 +271,10 @@ class DiffusionCoder(nn.Module):
         mask = allowed[None, None] & key_valid[:, None, None, :]  # (B, 1, T, T)
         # a padded row sees nothing; let it see itself so softmax stays finite
         mask = mask | torch.eye(t, dtype=torch.bool, device=dev)[None, None]
+        rot = rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta)
         for layer in self.layers:
             assert isinstance(layer, Block)
-            q, k, v = layer.qkv_heads(x, positions)
+            q, k, v = layer.qkv_heads(x, rot)
             x = layer.finish(x, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
         canvas_logits = self.logits(x[:, p : p + c])
         if ar_select is None:

@@ -1,17 +1,19 @@
 """The default backend: the embedded model's two ONNX graphs run by onnxruntime (no torch).
 
-`encode.onnx`: input_ids (1, T), past_keys/past_values (L, 1, H, P, D), logits_from ()
-               -> present_keys/present_values (L, 1, H, P+T, D), logits (1, T - logits_from, V)
-               (graphs exported before the autoregressive mode have neither logits_from
-               nor logits: the model then has no autoregressive mode)
-`denoise.onnx`: canvas_ids (B, C), past_keys/past_values -> logits (B, C, V)
+`encode.onnx`: input_ids (1, T), logits_from (), past_key.{i} / past_value.{i} (1, H, P, D)
+               for each layer i -> present_key.{i} / present_value.{i} (1, H, P+T, D),
+               logits (1, T - logits_from, V)
+`denoise.onnx`: canvas_ids (B, C), past_key.{i} / past_value.{i} -> logits (B, C, V)
+
+The cached context is a tuple of per-layer arrays, fed to the graphs as they are: no step
+splits, stacks or (for denoising) concatenates the whole cache. Graphs exported before this
+contract (one stacked past_keys input) are refused with the command that re-exports them.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,12 @@ import numpy as np
 from engine.denoisers.base import DenoiserInfo, RandomSource, host_array
 from engine.denoisers.kv import KVDenoiser
 from engine.errors import ModelLoadError
+
+
+def kv_names(prefix: str, layers: int) -> list[str]:
+    """[f"{prefix}_key.0", f"{prefix}_value.0", f"{prefix}_key.1", ...]: the graphs' cache inputs
+    ("past") and outputs ("present"), keys and values of each layer in turn."""
+    return [f"{prefix}_{kind}.{i}" for i in range(layers) for kind in ("key", "value")]
 
 
 class NumpyRandomSource:
@@ -65,41 +73,45 @@ class OnnxDenoiser(KVDenoiser):
         self.layers, self.heads, self.head_dim = shape
         self.encoder = _session(encode_path, providers)
         self.denoiser = _session(denoise_path, providers)
-        self.has_logits = "logits" in {o.name for o in self.encoder.get_outputs()}
-        # the mode needs weights trained for it (config.json) and a graph that gives logits
-        self.info = replace(info, autoregressive=info.autoregressive and self.has_logits)
+        self.past = kv_names("past", self.layers)
+        self.present = kv_names("present", self.layers)
+        for graph, path in ((self.encoder, encode_path), (self.denoiser, denoise_path)):
+            if [i.name for i in graph.get_inputs()][-len(self.past) :] != self.past:
+                raise ModelLoadError(
+                    f"{path} was exported by an older version of diffusion-lsp (its cache inputs are not "
+                    f"per layer); export it again: diffusion-infill export-onnx --model {path.parent}"
+                )
 
-    def _empty(self) -> tuple[np.ndarray, np.ndarray]:
-        z = np.zeros((self.layers, 1, self.heads, 0, self.head_dim), dtype=np.float32)
-        return z, z
+    def _empty(self) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+        z = np.zeros((1, self.heads, 0, self.head_dim), dtype=np.float32)
+        return (z,) * self.layers, (z,) * self.layers
+
+    def _feeds(self, keys: Sequence[np.ndarray], values: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+        arrays = (np.ascontiguousarray(a) for kv in zip(keys, values) for a in kv)  # no copy unless sliced
+        return dict(zip(self.past, arrays))
 
     def _encode(
-        self, new_ids: Sequence[int], keys: np.ndarray, values: np.ndarray, logits_from: int | None
-    ) -> tuple[np.ndarray, ...]:
-        feeds = {
-            "input_ids": np.asarray([new_ids], dtype=np.int64),
-            "past_keys": np.ascontiguousarray(keys),
-            "past_values": np.ascontiguousarray(values),
-        }
-        if not self.has_logits:  # a graph exported before the autoregressive mode
-            k, v = self.encoder.run(["present_keys", "present_values"], feeds)
-            return k, v
+        self, new_ids: Sequence[int], keys: Sequence[np.ndarray], values: Sequence[np.ndarray], logits_from: int | None
+    ) -> tuple[Any, ...]:
+        feeds = self._feeds(keys, values)
+        feeds["input_ids"] = np.asarray([new_ids], dtype=np.int64)
         # the graph always takes logits_from; T - 1 (the last token's) costs one row
         feeds["logits_from"] = np.asarray(len(new_ids) - 1 if logits_from is None else logits_from, dtype=np.int64)
-        k, v, logits = self.encoder.run(["present_keys", "present_values", "logits"], feeds)
+        *present, logits = self.encoder.run([*self.present, "logits"], feeds)
+        k, v = tuple(present[0::2]), tuple(present[1::2])
         return (k, v, logits) if logits_from is not None else (k, v)
 
-    def _denoise(self, canvas_ids: np.ndarray, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
-        feeds = {
-            "canvas_ids": np.asarray(canvas_ids, dtype=np.int64),
-            "past_keys": np.ascontiguousarray(keys),
-            "past_values": np.ascontiguousarray(values),
-        }
+    def _denoise(self, canvas_ids: np.ndarray, keys: Sequence[np.ndarray], values: Sequence[np.ndarray]) -> np.ndarray:
+        feeds = self._feeds(keys, values)
+        feeds["canvas_ids"] = np.asarray(canvas_ids, dtype=np.int64)
         (logits,) = self.denoiser.run(["logits"], feeds)
         return logits
 
-    def _nbytes(self, keys: np.ndarray) -> int:
-        return int(keys.nbytes)
+    def _keep(self, kv: Sequence[np.ndarray], keep: int) -> tuple[np.ndarray, ...]:
+        return tuple(a[:, :, :keep] for a in kv)
+
+    def _nbytes(self, keys: Sequence[np.ndarray]) -> int:
+        return int(sum(a.nbytes for a in keys))
 
     def as_array(self, values: Any) -> np.ndarray:
         return host_array(values)

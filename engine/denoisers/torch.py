@@ -54,7 +54,8 @@ class TorchDenoiser(KVDenoiser):
     ) -> tuple[torch.Tensor, ...]:
         ids = torch.tensor([list(new_ids)], dtype=torch.long, device=self.device)
         start = None if logits_from is None else torch.tensor(logits_from, device=self.device)
-        return self.model.encode(ids, keys, values, start)
+        k, v, *logits = self.model.encode(ids, keys, values, start)
+        return (torch.stack(k), torch.stack(v), *logits)
 
     @torch.inference_mode()
     def _denoise(self, canvas_ids: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:

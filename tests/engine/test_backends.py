@@ -61,7 +61,57 @@ def test_incremental_encode_matches_full_encode(both, backend: str) -> None:  # 
     want = np.asarray(m.denoiser.denoise(full, canvas))
     for state in (grown, regrown):
         np.testing.assert_allclose(np.asarray(m.denoiser.denoise(state, canvas)), want, atol=1e-5)
-    # the cached state was not changed by being extended
-    assert head.payload[0].shape[3] == 10
+    # the cached state was not changed by being extended: layer 0's keys (1, H, P, D) in
+    # either layout (stacked in torch, one array per layer in onnx)
+    assert tuple(head.payload[0][0].shape)[-2] == 10
     shorter = m.denoiser.encode(ids[:10], full)  # a prefix of a cached state: a slice
-    np.testing.assert_allclose(np.asarray(shorter.payload[0]), np.asarray(head.payload[0]), atol=1e-5)
+    for layer in range(len(full.payload[0])):
+        np.testing.assert_allclose(
+            np.asarray(shorter.payload[0][layer]), np.asarray(head.payload[0][layer]), atol=1e-5
+        )
+
+
+def test_a_context_longer_than_a_chunk_encodes_as_one_pass(both) -> None:  # type: ignore[no-untyped-def]
+    """Context past ENCODE_CHUNK tokens goes through the encoder in chunks (onnx: the fused
+    GroupQueryAttention with a cache and its own rotation): the keys and the next-token
+    logits equal the torch model's single causal pass over all of it."""
+    from engine.denoisers.kv import ENCODE_CHUNK
+
+    onnx_m, torch_m = both
+    ids = onnx_m.tokenizer.encode((PREFIX + SUFFIX) * 40)[: 2 * ENCODE_CHUNK + 37]
+    assert len(ids) == 2 * ENCODE_CHUNK + 37
+    model = torch_m.denoiser.model
+    empty = model.empty_cache()
+    with torch.no_grad():
+        keys, _, logits = model.encode(torch.tensor([ids]), *empty, torch.tensor(len(ids) - 1))
+    for m in both:
+        state = m.denoiser.encode(ids)
+        for layer in (0, len(keys) - 1):
+            np.testing.assert_allclose(np.asarray(state.payload[0][layer]), keys[layer].numpy(), atol=1e-4)
+        np.testing.assert_allclose(np.asarray(m.denoiser.next_logits(state)), logits[0, -1].numpy(), atol=1e-4)
+
+
+def test_graphs_of_the_older_contract_are_refused_with_the_command_to_re_export(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """A model directory whose encode.onnx takes the stacked cache (one past_keys input, the
+    contract before per-layer caches) fails to load with a message naming the fix."""
+    import shutil
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    from engine.errors import ModelLoadError
+
+    old = tmp_path / "old-model"
+    shutil.copytree(tiny_model_dir, old)
+    names = ["input_ids", "past_keys", "past_values", "logits_from"]
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["past_keys"], ["present_keys"])],
+        "old",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names],
+        [helper.make_tensor_value_info("present_keys", TensorProto.FLOAT, None)],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(old / "encode.onnx"))
+    with pytest.raises(ModelLoadError, match=r"older version.*diffusion-infill export-onnx --model"):
+        load_model(old, backend="onnx")
