@@ -311,7 +311,8 @@ class InfillEngine:
         cfg, row_temperature = self._sampler_for(req, b, warnings, plan is not None and plan.span.multiline)
         rng = self.den.random_source(cfg.seed)
         canvas, fixed, proposal, warm = self._start_canvas(req, state, rng, b, c, prefix_ids, suffix_ids)
-        result = self._sample(req, cfg, rng, state, canvas, fixed, proposal, row_temperature, c)
+        one_line = plan is not None and not plan.span.multiline
+        result = self._sample(req, cfg, rng, state, canvas, fixed, proposal, row_temperature, c, one_line)
         t2 = time.perf_counter()
         # 6. decode and rank, then check against the span
         ranked = self._ranked(req, result, state)
@@ -394,9 +395,11 @@ class InfillEngine:
         proposal: list[int],
         row_temperature: Any | None,
         c: int,
+        one_line: bool = False,
     ) -> SampleResult:
         """The sampler's run over the B candidate rows: one token at a time in the
-        autoregressive mode, else the canvas loop (drafts verified on its first step)."""
+        autoregressive mode (a row ends at its first line break when the span is one
+        line), else the canvas loop (drafts verified on its first step)."""
         b = int(canvas.shape[0])
         greedy_rows = np.zeros((b,), dtype=bool)
         greedy_rows[0] = True  # the first candidate is always the most likely fill
@@ -416,7 +419,8 @@ class InfillEngine:
             "on_step": on_step,
         }
         if cfg.strategy == "autoregressive" and req.refine is None:
-            return run_autoregressive(self.den, state, c, cfg, rng, batch=b, **common)
+            stop = self.tok.line_break_ids if one_line else frozenset()
+            return run_autoregressive(self.den, state, c, cfg, rng, batch=b, stop_after=stop, **common)
         draft = None
         if proposal:
             mask = np.zeros((b, c), dtype=bool)

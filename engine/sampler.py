@@ -637,10 +637,12 @@ def run_autoregressive(
     deadline: float | None = None,
     cancel: Callable[[], bool] | None = None,
     on_step: Callable[[StepView], None] | None = None,
+    stop_after: frozenset[int] = frozenset(),
 ) -> SampleResult:
     """The autoregressive mode: each row decoded one token at a time through the causal
-    context encoder (`denoiser` is also an `Autoregressive`), until end-of-fill or
-    `length` tokens. The result has the canvas's shape, (B, length): the fill, then
+    context encoder (`denoiser` is also an `Autoregressive`), until end-of-fill, a token
+    of `stop_after` (kept: e.g. a line break where the span is one line, which the span
+    check cuts at anyway, so nothing past it is worth decoding) or `length` tokens. The result has the canvas's shape, (B, length): the fill, then
     end-of-fill and padding, so everything above the sampler treats it like a canvas.
     Rows are decoded one after the other (the encoder runs one sequence at a time);
     `steps` counts the tokens decoded by all rows, end-of-fill included (one position
@@ -684,7 +686,7 @@ def run_autoregressive(
                 tokens[r, i] = info.eof_id
                 break
             tokens[r, i] = tok
-            if i == length - 1:
+            if i == length - 1 or tok in stop_after:
                 break
             st, out = denoiser.extend(st, [tok])
             logits = to_numpy(out[-1]).astype(np.float32)

@@ -7,6 +7,8 @@ and the canvas ends with <|eof|> followed by <|pad|>. The absorbing regime uses 
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +67,12 @@ class Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         return list(self.hf.encode(text, add_special_tokens=False).ids)
+
+    @functools.cached_property
+    def line_break_ids(self) -> frozenset[int]:
+        """Ids of the tokens whose text holds a line break (decoded once, on first use)."""
+        texts = self.hf.decode_batch([[i] for i in range(self.vocab_size)], skip_special_tokens=True)
+        return frozenset(i for i, text in enumerate(texts) if "\n" in text)
 
     def decode(self, ids: Sequence[int]) -> str:
         return str(self.hf.decode(list(ids), skip_special_tokens=True))

@@ -321,3 +321,47 @@ def test_a_model_trained_without_the_next_token_loss_has_no_autoregressive_mode(
         )
         assert any("no autoregressive mode" in w for w in r.warnings)  # left to right on the canvas instead
         assert all(k.logprob is None for k in r.candidates)
+
+
+class NeverEnds(SureItEnds):
+    """Its next token is never end-of-fill: 7, 8, 9, 10, 11, 7, ..."""
+
+    def _logits(self, n: int) -> np.ndarray:
+        out = np.zeros(16, dtype=np.float32)
+        out[7 + n % 5] = 9.0
+        return out
+
+
+def test_a_row_ends_after_a_stop_token_in_the_autoregressive_mode() -> None:
+    from engine.denoisers.base import EncodedContext
+    from engine.denoisers.onnx import NumpyRandomSource
+
+    den, st, cfg = NeverEnds(), EncodedContext((3, 4), None), SamplerConfig(strategy="autoregressive")
+    free = run_autoregressive(den, st, 6, cfg, NumpyRandomSource(0))
+    assert free.tokens[0].tolist() == [9, 10, 11, 7, 8, 9]  # runs to the canvas's length
+    stopped = run_autoregressive(den, st, 6, cfg, NumpyRandomSource(0), stop_after=frozenset({11}))
+    assert stopped.tokens[0].tolist() == [9, 10, 11, 0, 0, 0]  # the stop token kept, nothing after
+    assert stopped.steps == 3
+
+
+def test_one_line_spans_stop_the_autoregressive_mode_at_a_line_break(both, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import engine.infill as infill
+    from engine.infill import InfillEngine, InfillRequest
+
+    seen: list[frozenset[int]] = []
+    real = infill.run_autoregressive
+
+    def spy(*args, **kw):  # type: ignore[no-untyped-def]
+        seen.append(kw["stop_after"])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(infill, "run_autoregressive", spy)
+    engine = InfillEngine(both[0])
+    cfg = SamplerConfig(strategy="autoregressive", max_steps=8)
+    engine.fill(InfillRequest(prefix="x = compute(", suffix=")\nprint(x)\n", language="python", sampler=cfg))
+    engine.fill(InfillRequest(prefix="def f(x):\n    ", suffix="\n\nprint(f(1))\n", language="python", sampler=cfg))
+    line, body = seen
+    tok = both[0].tokenizer
+    assert line and all("\n" in tok.decode([i]) for i in line)
+    assert tok.encode("\n")[0] in line
+    assert body == frozenset()  # a block body may run to several lines
