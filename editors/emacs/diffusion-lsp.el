@@ -300,7 +300,8 @@ Return a plist (:range :text :textDocument), or nil."
                                    (list :textDocument (eglot--VersionedTextDocumentIdentifier)
                                          :position (eglot--pos-to-lsp-position))
                                    :timeout diffusion-lsp-request-timeout)))
-      (seq-first (plist-get answer :edits)))))
+      (let ((edits (plist-get answer :edits)))  ; a vector, empty when there is no edit
+        (unless (seq-empty-p edits) (seq-first edits))))))
 
 ;;;###autoload
 (defun diffusion-lsp-next-edit (&optional no-confirm)
