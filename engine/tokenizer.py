@@ -8,7 +8,6 @@ and the canvas ends with <|eof|> followed by <|pad|>. The absorbing regime uses 
 from __future__ import annotations
 
 import functools
-
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path

@@ -14,7 +14,6 @@ from typing import Any
 
 from engine.denoisers.base import DenoiserInfo, EncodedContext
 
-
 # New context tokens go through the encoder this many at a time. Causal attention over T
 # new tokens computes a (T, P + T) block of scores of which the kernel then masks half;
 # in chunks each call's block is smaller, and the total work drops towards the causal

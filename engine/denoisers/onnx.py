@@ -87,8 +87,8 @@ class OnnxDenoiser(KVDenoiser):
         return (z,) * self.layers, (z,) * self.layers
 
     def _feeds(self, keys: Sequence[np.ndarray], values: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
-        arrays = (np.ascontiguousarray(a) for kv in zip(keys, values) for a in kv)  # no copy unless sliced
-        return dict(zip(self.past, arrays))
+        arrays = (np.ascontiguousarray(a) for kv in zip(keys, values, strict=True) for a in kv)  # no copy unless sliced
+        return dict(zip(self.past, arrays, strict=True))
 
     def _encode(
         self, new_ids: Sequence[int], keys: Sequence[np.ndarray], values: Sequence[np.ndarray], logits_from: int | None

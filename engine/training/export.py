@@ -32,7 +32,7 @@ class _FusedCausalAttention(torch.autograd.Function):
     (the rotation done inside the kernel from cos/sin tables of every position)."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any,
         q: torch.Tensor,
         k: torch.Tensor,
@@ -103,7 +103,13 @@ class FusedCausalAttention:
         self.heads = cfg.n_heads
 
     def __call__(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor, rot: Rotation
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        past_k: torch.Tensor,
+        past_v: torch.Tensor,
+        rot: Rotation,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         out, keys, values = _FusedCausalAttention.apply(q, k, v, past_k, past_v, *rot, *self.tables, self.heads)
         return out, keys, values
@@ -114,11 +120,13 @@ class _Encode(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids: torch.Tensor, logits_from: torch.Tensor, *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def forward(
+        self, input_ids: torch.Tensor, logits_from: torch.Tensor, *past: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
         keys, values, logits = self.model.encode(
             input_ids, past[0::2], past[1::2], logits_from, attention=FusedCausalAttention(self.model.cfg)
         )
-        return (*(t for kv in zip(keys, values) for t in kv), logits)
+        return (*(t for kv in zip(keys, values, strict=True) for t in kv), logits)
 
 
 class _Denoise(nn.Module):

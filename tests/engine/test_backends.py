@@ -66,9 +66,7 @@ def test_incremental_encode_matches_full_encode(both, backend: str) -> None:  # 
     assert tuple(head.payload[0][0].shape)[-2] == 10
     shorter = m.denoiser.encode(ids[:10], full)  # a prefix of a cached state: a slice
     for layer in range(len(full.payload[0])):
-        np.testing.assert_allclose(
-            np.asarray(shorter.payload[0][layer]), np.asarray(head.payload[0][layer]), atol=1e-5
-        )
+        np.testing.assert_allclose(np.asarray(shorter.payload[0][layer]), np.asarray(head.payload[0][layer]), atol=1e-5)
 
 
 def test_a_context_longer_than_a_chunk_encodes_as_one_pass(both) -> None:  # type: ignore[no-untyped-def]
