@@ -206,9 +206,9 @@ class InfillEngine:
     def default_sampler(self, multiline: bool = False) -> SamplerConfig:
         """The model directory's defaults; for uniform-canvas models (DiffusionGemma),
         transformers' generation defaults for DiffusionGemma. A model may decode spans of
-        several lines its own way (``multiline_strategy``, e.g. ``autoregressive`` for
-        weights whose canvas writes bodies worse; the shipped model sets none, see its
-        MODEL_CARD.md); a model without an autoregressive mode keeps its one strategy."""
+        several lines its own way (``multiline_strategy``); the shipped model decodes every
+        span autoregressively (``strategy``, chosen from its eval, see its MODEL_CARD.md); a
+        model without an autoregressive mode keeps its one strategy."""
         d = self.defaults
         base = SamplerConfig(**UNIFORM_DEFAULTS) if self.den.info.regime == "uniform" else SamplerConfig()
         changes = {k: d[k] for k in ("strategy", "max_steps", "entropy_bound", "t_max", "t_min") if k in d}

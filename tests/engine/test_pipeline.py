@@ -79,6 +79,34 @@ def test_train_export_eval(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert all(report[kind]["steps_per_fill"] <= 3 for kind in ("rest_of_line", "lines", "random_span"))
 
 
+def test_a_model_trained_with_the_next_token_loss_decodes_one_token_at_a_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The pipeline writes the strategy the shipped model's eval chose: with the
+    next-token loss, the autoregressive mode for every span; without it, the canvas."""
+    base: dict[str, Any] = {
+        "corpus": [str(FIXTURE_CODE)],
+        "holdout": [],
+        "vocab_size": 300,
+        "model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "max_positions": 512},
+        "context_tokens": 64,
+        "canvas_tokens": 16,
+        "batch_size": 2,
+        "steps": 1,
+        "warmup": 1,
+        "eval_every": 100,
+    }
+    defaults = {}
+    for name, weight in (("canvas", 0.0), ("dual", 1.0)):
+        recipe = tmp_path / f"{name}.json"
+        recipe.write_text(json.dumps({**base, "ar_loss_weight": weight}))
+        assert main(["train", "--recipe", str(recipe), "--out", str(tmp_path / name)]) == 0
+        defaults[name] = json.loads((tmp_path / name / "config.json").read_text())["defaults"]
+    capsys.readouterr()
+    assert defaults["canvas"]["strategy"] == "entropy_bound" and "multiline_strategy" not in defaults["canvas"]
+    assert defaults["dual"]["strategy"] == "autoregressive" and "multiline_strategy" not in defaults["dual"]
+
+
 def test_train_without_a_recipe_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["train", "--recipe", str(tmp_path / "nope.json"), "--out", str(tmp_path / "m")]) == 2
     assert "recipe not found" in capsys.readouterr().err
