@@ -157,11 +157,12 @@ def test_a_ten_megabyte_document_is_trimmed_to_the_context_budget(client: StdioC
 
 
 def test_an_exception_inside_the_engine_is_an_empty_answer_and_the_next_request_is_served(tmp_path: Path) -> None:
-    """A model directory whose denoising graph is the wrong graph loads, and then fails
-    inside the engine at every fill."""
+    """A model directory whose context-encoding graph is the wrong graph (the denoising
+    one, which takes the same cache inputs) loads, and then fails inside the engine at
+    every fill, whichever way the model decodes."""
     broken = tmp_path / "model"
     shutil.copytree(ROOT / "engine" / "weights", broken)
-    shutil.copy(broken / "encode.onnx", broken / "denoise.onnx")
+    shutil.copy(broken / "denoise.onnx", broken / "encode.onnx")
     c = StdioClient([*REAL_SERVER, "--model", str(broken)])
     try:
         c.initialize({"backend": "onnx"})
