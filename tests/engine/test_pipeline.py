@@ -17,24 +17,26 @@ from ..conftest import FIXTURE_CODE
 pytest.importorskip("torch")
 
 
+def toy_recipe(**changes: Any) -> dict[str, Any]:
+    """A recipe that trains a one-layer model on the fixture code in seconds."""
+    return {
+        "corpus": [str(FIXTURE_CODE)],
+        "holdout": [],
+        "vocab_size": 300,
+        "model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "max_positions": 512},
+        "context_tokens": 64,
+        "canvas_tokens": 16,
+        "batch_size": 4,
+        "steps": 3,
+        "warmup": 1,
+        "eval_every": 100,
+        **changes,
+    }
+
+
 def test_train_export_eval(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     recipe = tmp_path / "recipe.json"
-    recipe.write_text(
-        json.dumps(
-            {
-                "corpus": [str(FIXTURE_CODE)],
-                "holdout": [],
-                "vocab_size": 300,
-                "model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "max_positions": 512},
-                "context_tokens": 64,
-                "canvas_tokens": 16,
-                "batch_size": 4,
-                "steps": 3,
-                "warmup": 1,
-                "eval_every": 100,
-            }
-        )
-    )
+    recipe.write_text(json.dumps(toy_recipe()))
     out = tmp_path / "model"
     assert main(["train", "--recipe", str(recipe), "--out", str(out)]) == 0
     summary = json.loads(capsys.readouterr().out)
@@ -84,22 +86,10 @@ def test_a_model_trained_with_the_next_token_loss_decodes_one_token_at_a_time(
 ) -> None:
     """The pipeline writes the strategy the shipped model's eval chose: with the
     next-token loss, the autoregressive mode for every span; without it, the canvas."""
-    base: dict[str, Any] = {
-        "corpus": [str(FIXTURE_CODE)],
-        "holdout": [],
-        "vocab_size": 300,
-        "model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "max_positions": 512},
-        "context_tokens": 64,
-        "canvas_tokens": 16,
-        "batch_size": 2,
-        "steps": 1,
-        "warmup": 1,
-        "eval_every": 100,
-    }
     defaults = {}
     for name, weight in (("canvas", 0.0), ("dual", 1.0)):
         recipe = tmp_path / f"{name}.json"
-        recipe.write_text(json.dumps({**base, "ar_loss_weight": weight}))
+        recipe.write_text(json.dumps(toy_recipe(batch_size=2, steps=1, ar_loss_weight=weight)))
         assert main(["train", "--recipe", str(recipe), "--out", str(tmp_path / name)]) == 0
         defaults[name] = json.loads((tmp_path / name / "config.json").read_text())["defaults"]
     capsys.readouterr()
