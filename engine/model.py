@@ -13,14 +13,19 @@ decoder do):
 attention mask, which is how the model is trained: a next-token loss on the context
 stream and the middle after it (so the same weights also decode one token at a time,
 through `encode`), a diffusion loss on the canvas.
+
+The length head (``length_classes`` > 0) reads the hidden state of the last context token,
+the middle marker, and predicts how many tokens the middle has: the canvas is then sized
+to the fill instead of to the span's budget (the length is the known weak point of
+diffusion infilling). It is one (d, K) matrix, nearly free.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, replace
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +42,9 @@ class ModelConfig:
     max_positions: int = 4096  # context + canvas
     rope_theta: float = 10_000.0
     norm_eps: float = 1e-5
+    # Classes of the length head (0: none): the middle's token count 0..length_classes-1,
+    # predicted from the middle marker's hidden state, the last context token.
+    length_classes: int = 0
 
     @property
     def head_dim(self) -> int:
@@ -145,6 +153,12 @@ def attend_with_context(
     return probs[..., :p] @ ctx_v + probs[..., p:] @ v  # (B, H, C, D)
 
 
+class DualOutput(NamedTuple):
+    canvas: torch.Tensor  # (B, C, V)
+    ar: torch.Tensor | None  # (N, V): the selected next-token positions
+    length: torch.Tensor | None  # (B, K): the length head at the middle marker
+
+
 class DiffusionCoder(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -152,6 +166,9 @@ class DiffusionCoder(nn.Module):
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.length_head: nn.Linear | None = None
+        if cfg.length_classes > 0:
+            self.add_length_head(cfg.length_classes)
         nn.init.normal_(self.embed.weight, std=0.02)
         for layer in self.layers:
             assert isinstance(layer, Block)
@@ -160,8 +177,22 @@ class DiffusionCoder(nn.Module):
             for lin in (layer.out, layer.down):
                 nn.init.normal_(lin.weight, std=0.02 / math.sqrt(2 * cfg.n_layers))
 
+    def add_length_head(self, classes: int) -> None:
+        """A length head of `classes` outputs that starts from zero (a uniform guess, and no
+        gradient into the trunk until it has learnt something)."""
+        head = nn.Linear(self.cfg.d_model, classes)
+        nn.init.zeros_(head.weight)
+        nn.init.zeros_(head.bias)
+        self.length_head = head.to(self.embed.weight.device)
+        self.cfg = replace(self.cfg, length_classes=classes)
+
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(self.norm(x), self.embed.weight)  # tied output head: (..., d) -> (..., V)
+
+    def length_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Length-head logits (..., K) from final hidden states (..., d) at the middle marker."""
+        assert self.length_head is not None
+        return self.length_head(self.norm(x))
 
     def encode(
         self,
@@ -218,8 +249,7 @@ class DiffusionCoder(nn.Module):
 
         ctx_ids (B, P) left-padded; ctx_valid (B, P) bool; canvas_ids (B, C) -> (B, C, V).
         """
-        canvas_logits, _ = self.forward_dual(ctx_ids, ctx_valid, canvas_ids)
-        return canvas_logits
+        return self.forward_dual(ctx_ids, ctx_valid, canvas_ids).canvas
 
     def forward_dual(
         self,
@@ -229,7 +259,8 @@ class DiffusionCoder(nn.Module):
         mid_ids: torch.Tensor | None = None,
         mid_valid: torch.Tensor | None = None,
         ar_select: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        canvas_valid: torch.Tensor | None = None,
+    ) -> DualOutput:
         """The training pass of both uses of the weights at once (every computed token
         supervised): the causal context stream, the canvas, and the middle continuing
         the context stream after the middle marker, in one sequence
@@ -242,9 +273,13 @@ class DiffusionCoder(nn.Module):
         the middle, or it would learn to copy the answer); the middle sees the context
         and itself causally (never the canvas).
 
-        Returns the canvas logits (B, C, V) and, when ``ar_select`` (B, P+C+M) bool is
-        given, the logits of the selected positions only (N, V) for the next-token loss:
-        padding and the canvas are never projected onto the vocabulary for nothing.
+        ``canvas_valid`` (B, C) bool cuts each row's canvas to its own length (a canvas
+        sized to the fill): positions past it are never attended to.
+
+        Returns the canvas logits (B, C, V); when ``ar_select`` (B, P+C+M) bool is given,
+        the logits of the selected positions only (N, V) for the next-token loss (padding
+        and the canvas are never projected onto the vocabulary for nothing); and the
+        length head's logits at the middle marker, the last context position (B, K).
         """
         b, p = ctx_ids.shape
         c = canvas_ids.shape[1]
@@ -267,7 +302,9 @@ class DiffusionCoder(nn.Module):
         allowed[p : p + c, : p + c] = True  # canvas: all context and all canvas
         allowed[p + c :, :p] = True  # middle: all context ...
         allowed[p + c :, p + c :] = torch.ones(m, m, dtype=torch.bool, device=dev).tril()  # ... and itself, causally
-        key_valid = torch.cat((ctx_valid, torch.ones(b, c, dtype=torch.bool, device=dev), mid_valid), dim=1)
+        if canvas_valid is None:
+            canvas_valid = torch.ones(b, c, dtype=torch.bool, device=dev)
+        key_valid = torch.cat((ctx_valid, canvas_valid, mid_valid), dim=1)
         mask = allowed[None, None] & key_valid[:, None, None, :]  # (B, 1, T, T)
         # a padded row sees nothing; let it see itself so softmax stays finite
         mask = mask | torch.eye(t, dtype=torch.bool, device=dev)[None, None]
@@ -277,10 +314,11 @@ class DiffusionCoder(nn.Module):
             q, k, v = layer.qkv_heads(x, rot)
             x = layer.finish(x, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
         canvas_logits = self.logits(x[:, p : p + c])
+        length = self.length_logits(x[:, p - 1]) if self.length_head is not None else None  # (B, K)
         if ar_select is None:
-            return canvas_logits, None
+            return DualOutput(canvas_logits, None, length)
         picked = self.norm(x[ar_select])  # (N, d)
-        return canvas_logits, picked @ self.embed.weight.T
+        return DualOutput(canvas_logits, picked @ self.embed.weight.T, length)
 
     def empty_cache(self, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         cfg = self.cfg

@@ -59,6 +59,24 @@ def grow_model(model: DiffusionCoder, n_layers: int) -> tuple[DiffusionCoder, li
     return grown.to(next(model.parameters()).device), sources
 
 
+def add_length_head(state: TrainState, classes: int) -> TrainState:
+    """The TrainState with a length head of `classes` outputs added, from zero (the
+    trunk's function and moments unchanged; the head's moments start fresh)."""
+    have = state.model.cfg.length_classes
+    if classes == have:
+        return state
+    if have:
+        raise ValueError(f"the recipe's length_classes={classes} differs from the saved trunk's {have}")
+    state.model.add_length_head(classes)
+    head = state.model.length_head
+    assert head is not None
+    group = {k: v for k, v in state.opt.param_groups[0].items() if k != "params"}
+    state.opt.add_param_group({"params": list(head.parameters()), **group})
+    log.info("added a length head of %d classes at step %d (from zero)", classes, state.step)
+    runs = [*state.runs, {"phase": "length_head", "added_at": state.step, "classes": classes}]
+    return TrainState(state.model, state.opt, state.step, state.tokens, state.seconds, state.curve, runs)
+
+
 def grow_state(state: TrainState, cfg: TrainConfig) -> TrainState:
     """The TrainState with its model grown to the recipe's depth (unchanged if equal).
 
@@ -67,8 +85,10 @@ def grow_state(state: TrainState, cfg: TrainConfig) -> TrainState:
     want = dict(cfg.model)
     have = state.model.cfg
     for key, value in want.items():
-        if key != "n_layers" and getattr(have, key) != value:
+        if key not in ("n_layers", "length_classes") and getattr(have, key) != value:
             raise ValueError(f"the recipe's model {key}={value} differs from the saved trunk's {getattr(have, key)}")
+    state = add_length_head(state, int(want.get("length_classes", have.length_classes)))
+    have = state.model.cfg
     n_layers = int(want.get("n_layers", have.n_layers))
     if n_layers == have.n_layers:
         return state

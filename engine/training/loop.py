@@ -18,14 +18,14 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 
-from engine.model import DiffusionCoder, ModelConfig
+from engine.model import DiffusionCoder, DualOutput, ModelConfig
 from engine.tokenizer import Tokenizer
 from engine.training.corpus import MANIFEST, read_manifest
 from engine.training.tasks import LONG_KINDS, MIX, TaskKind, cut_example
@@ -61,6 +61,14 @@ class TrainConfig:
     visible_loss_weight: float = 0.1
     pad_loss_weight: float = 1.0  # padding after the first pad (canvas_weights)
     ar_loss_weight: float = 0.0  # next-token loss on the context stream and the middle; 0: canvas only
+    # The length head (model.length_classes > 0): cross-entropy of the middle's token count
+    # at the middle marker, times this weight.
+    length_loss_weight: float = 0.0
+    # Share of rows whose canvas is cut to the middle's length + 1 (its end-of-fill) + a
+    # slack drawn from 0..fit_canvas_slack, as the engine sizes it from the length head;
+    # the other rows keep the budget-sized canvas. Held-out losses always use the latter.
+    fit_canvas_share: float = 0.0
+    fit_canvas_slack: int = 8
     eval_every: int = 200
     eval_batches: int = 4
     checkpoint_every_s: float = 300.0  # TrainState written this often (wsd runs with a state dir)
@@ -186,11 +194,19 @@ class Batch(NamedTuple):
     mid: torch.Tensor  # (B, C-1) the middle, right-padded
     mid_valid: torch.Tensor  # (B, C-1) bool
     ar_targets: torch.Tensor  # (B, P + C + C-1) next-token targets, -100 = none
+    canvas_valid: torch.Tensor  # (B, C) bool: each row's canvas (a canvas sized to its fill is shorter)
 
 
-def collate(tok: Tokenizer, examples: Sequence[Example], ctx_len: int, canvas_len: int) -> Batch:
+def collate(
+    tok: Tokenizer, examples: Sequence[Example], ctx_len: int, canvas_len: int, canvas_lens: Sequence[int] | None = None
+) -> Batch:
+    """A batch of `examples`; ``canvas_lens`` gives each row's canvas length (<= canvas_len,
+    at least its middle and end-of-fill), default the whole canvas."""
     sp = tok.special
     b, p, c, m = len(examples), ctx_len, canvas_len, canvas_len - 1
+    canvas_valid = torch.ones((b, c), dtype=torch.bool)
+    if canvas_lens is not None:
+        canvas_valid = torch.arange(c)[None, :] < torch.tensor(canvas_lens)[:, None]
     ctx = torch.full((b, p), sp.pad, dtype=torch.long)
     valid = torch.zeros((b, p), dtype=torch.bool)
     target = torch.full((b, c), sp.pad, dtype=torch.long)
@@ -209,7 +225,7 @@ def collate(tok: Tokenizer, examples: Sequence[Example], ctx_len: int, canvas_le
         ar[i, p - n : p] = torch.tensor(stream[1 : n + 1])  # context token t -> token t + 1
         if k:
             ar[i, p + c : p + c + k] = torch.tensor(stream[n + 1 :])  # middle j -> middle j + 1 / eof
-    return Batch(ctx, valid, target, mid, mid_valid, ar)
+    return Batch(ctx, valid, target, mid, mid_valid, ar, canvas_valid)
 
 
 def canvas_groups(cfg: TrainConfig) -> list[tuple[int, int, list[tuple[TaskKind, float]], float]]:
@@ -237,7 +253,13 @@ def make_batch(tok: Tokenizer, draw_text: Callable[[], str], cfg: TrainConfig, r
         ex = make_example(tok, draw_text(), rng, cfg.context_tokens, canvas, kinds, max_chars)
         if ex is not None:
             examples.append(ex)
-    return collate(tok, examples, cfg.context_tokens, canvas)
+    lens = [
+        min(canvas, len(ex.middle) + 1 + rng.randint(0, cfg.fit_canvas_slack))
+        if rng.random() < cfg.fit_canvas_share
+        else canvas
+        for ex in examples
+    ]
+    return collate(tok, examples, cfg.context_tokens, canvas, lens)
 
 
 def text_sampler(texts: Sequence[str], rng: random.Random) -> Callable[[], str]:
@@ -279,15 +301,21 @@ def canvas_weights(target: torch.Tensor, hidden: torch.Tensor, cfg: TrainConfig,
     return torch.where(is_pad & ~first_pad, w * cfg.pad_loss_weight, w)
 
 
+class Losses(NamedTuple):
+    canvas: torch.Tensor
+    ar: torch.Tensor | None  # None: the recipe trains no next-token loss
+    length: torch.Tensor | None  # None: the model has no length head
+
+
 def loss_terms(
     model: DiffusionCoder,
     batch: Batch,
     tok: Tokenizer,
     cfg: TrainConfig,
     gen: torch.Generator,
-    forward: Callable[..., tuple[torch.Tensor, torch.Tensor | None]] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(canvas loss, next-token loss or None) of one batch. Batches and corruption are
+    forward: Callable[..., DualOutput] | None = None,
+) -> Losses:
+    """The canvas, next-token and length losses of one batch. Batches and corruption are
     made on the CPU (one generator, so a seed means the same data on every device) and
     moved to the model's device here; ``forward`` is model.forward_dual or a compiled
     version of it."""
@@ -302,17 +330,20 @@ def loss_terms(
     use_bf16 = cfg.bf16 and device.type == "cuda"
     with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_bf16):
         if dual:
-            canvas_logits, ar_logits = (forward or model.forward_dual)(
-                b.ctx, b.valid, canvas, b.mid, b.mid_valid, select
-            )
+            out = (forward or model.forward_dual)(b.ctx, b.valid, canvas, b.mid, b.mid_valid, select, b.canvas_valid)
         else:
-            canvas_logits, ar_logits = (forward or model.forward_dual)(b.ctx, b.valid, canvas)
-    ce = F.cross_entropy(canvas_logits.float().flatten(0, 1), b.target.flatten(), reduction="none").view_as(b.target)
-    w = canvas_weights(b.target, hidden, cfg, tok.special.pad)
+            out = (forward or model.forward_dual)(b.ctx, b.valid, canvas, canvas_valid=b.canvas_valid)
+    ce = F.cross_entropy(out.canvas.float().flatten(0, 1), b.target.flatten(), reduction="none").view_as(b.target)
+    w = canvas_weights(b.target, hidden, cfg, tok.special.pad) * b.canvas_valid
     canvas_loss = (ce * w).sum() / w.sum()
-    if ar_logits is None or select is None:
-        return canvas_loss, None
-    return canvas_loss, F.cross_entropy(ar_logits.float(), b.ar_targets[select])
+    length_loss = None
+    if out.length is not None:
+        n_mid = b.mid_valid.sum(dim=1).clamp_max(out.length.shape[1] - 1)  # (B,) the middle's token count
+        length_loss = F.cross_entropy(out.length.float(), n_mid)
+    ar_loss = None
+    if out.ar is not None and select is not None:
+        ar_loss = F.cross_entropy(out.ar.float(), b.ar_targets[select])
+    return Losses(canvas_loss, ar_loss, length_loss)
 
 
 def loss_fn(
@@ -321,11 +352,17 @@ def loss_fn(
     tok: Tokenizer,
     cfg: TrainConfig,
     gen: torch.Generator,
-    forward: Callable[..., tuple[torch.Tensor, torch.Tensor | None]] | None = None,
+    forward: Callable[..., DualOutput] | None = None,
 ) -> torch.Tensor:
-    """The training loss: canvas loss + ar_loss_weight x next-token loss."""
-    canvas_loss, ar_loss = loss_terms(model, batch, tok, cfg, gen, forward)
-    return canvas_loss if ar_loss is None else canvas_loss + cfg.ar_loss_weight * ar_loss
+    """The training loss: canvas loss + ar_loss_weight x next-token loss + length_loss_weight
+    x length loss."""
+    terms = loss_terms(model, batch, tok, cfg, gen, forward)
+    loss = terms.canvas
+    if terms.ar is not None:
+        loss = loss + cfg.ar_loss_weight * terms.ar
+    if terms.length is not None and cfg.length_loss_weight > 0:
+        loss = loss + cfg.length_loss_weight * terms.length
+    return loss
 
 
 @dataclass
@@ -413,7 +450,7 @@ def train(
     eval_batches: list[Batch] = []
     if held_texts:
         erng = random.Random(1234)
-        it = batches(tok, held_texts, cfg, erng)
+        it = batches(tok, held_texts, replace(cfg, fit_canvas_share=0.0), erng)
         eval_batches = [next(it) for _ in range(cfg.eval_batches)]
     if data is None:
         data = batches(tok, train_texts, cfg, rng)
@@ -606,12 +643,14 @@ def evaluate(
     model.eval()
     gen = torch.Generator().manual_seed(99)
     dual = TrainConfig(**{**asdict(cfg), "ar_loss_weight": 1.0})
-    canvas, ar = [], []
+    canvas, ar, length = [], [], []
     for b in eval_batches:
-        c, a = loss_terms(model, b, tok, dual, gen)
-        canvas.append(float(c))
-        ar.append(float(a) if a is not None else math.nan)
-    return {"canvas": sum(canvas) / len(canvas), "ar": sum(ar) / len(ar)}
+        terms = loss_terms(model, b, tok, dual, gen)
+        canvas.append(float(terms.canvas))
+        ar.append(float(terms.ar) if terms.ar is not None else math.nan)
+        length.append(float(terms.length) if terms.length is not None else math.nan)
+    n = len(canvas)
+    return {"canvas": sum(canvas) / n, "ar": sum(ar) / n, "length": sum(length) / n}
 
 
 def load_recipe(path: Path) -> TrainConfig:

@@ -98,7 +98,11 @@ def run_training(
     if state_dir is not None and (state_dir / STATE_JSON).is_file():
         state, tok = load_state(state_dir, cfg)
         log.info("continuing %s at step %d (%d tokens)", state_dir, state.step, state.tokens)
-        if cfg.model.get("n_layers", state.model.cfg.n_layers) != state.model.cfg.n_layers:
+        have = state.model.cfg
+        if (
+            cfg.model.get("n_layers", have.n_layers) != have.n_layers
+            or cfg.model.get("length_classes", have.length_classes) != have.length_classes
+        ):
             if cfg.time_limit_s <= 0:  # a cool-down of an untrained grown model would ship its copies silent
                 raise ValueError("the recipe grows the trunk: a cool-down-only run cannot grow it (train it first)")
             state = grow_state(state, cfg)

@@ -47,8 +47,8 @@ def test_the_canvas_never_sees_the_middle_stream() -> None:
     ctx = torch.tensor([[0, 0, 3, 11, 12, 4, 13, 14, 5]])
     canvas = torch.tensor([[2, 2, 9, 2, 2]])
     mid_valid = torch.tensor([[True, True, True, False]])
-    a, _ = m.forward_dual(ctx, ctx != 0, canvas, torch.tensor([[20, 21, 22, 0]]), mid_valid)
-    b, _ = m.forward_dual(ctx, ctx != 0, canvas, torch.tensor([[30, 31, 32, 0]]), mid_valid)
+    a = m.forward_dual(ctx, ctx != 0, canvas, torch.tensor([[20, 21, 22, 0]]), mid_valid).canvas
+    b = m.forward_dual(ctx, ctx != 0, canvas, torch.tensor([[30, 31, 32, 0]]), mid_valid).canvas
     torch.testing.assert_close(a, b, rtol=0, atol=0)
     # ... and it is exactly the inference path: encode the context, denoise the canvas
     k, v = m.encode(ctx[:, 2:], *empty(m))
@@ -65,13 +65,13 @@ def test_the_middle_stream_is_the_autoregressive_mode_of_encode() -> None:
     select = torch.zeros(1, 9 + 5 + 4, dtype=torch.bool)
     select[0, 8] = True  # the middle marker predicts the first middle token
     select[0, 14:17] = True  # the middle's tokens predict the next one / end-of-fill
-    _, ar = m.forward_dual(ctx, ctx != 0, torch.full((1, 5), 2), mid, mid != 0, select)
+    ar = m.forward_dual(ctx, ctx != 0, torch.full((1, 5), 2), mid, mid != 0, select).ar
     stream = torch.tensor([[3, 11, 12, 4, 13, 14, 5, 20, 21, 22]])
     _, _, logits = m.encode(stream, *empty(m), torch.tensor(6))
     assert ar is not None
     torch.testing.assert_close(ar, logits[0], rtol=0, atol=1e-5)
     # a token of the middle is never seen by positions before it
-    _, ar2 = m.forward_dual(ctx, ctx != 0, torch.full((1, 5), 2), torch.tensor([[20, 21, 23, 0]]), mid != 0, select)
+    ar2 = m.forward_dual(ctx, ctx != 0, torch.full((1, 5), 2), torch.tensor([[20, 21, 23, 0]]), mid != 0, select).ar
     assert ar2 is not None
     torch.testing.assert_close(ar2[:3], ar[:3], rtol=0, atol=1e-6)
     assert not torch.allclose(ar2[3], ar[3])
@@ -118,9 +118,9 @@ def test_the_dual_loss_supervises_the_context() -> None:
     cfg = TrainConfig(context_tokens=48, canvas_tokens=12, batch_size=2, ar_loss_weight=1.0)
     batch = make_batch(tok, text_sampler(TEXTS, random.Random(1)), cfg, random.Random(1))
     m = tiny_model(tok.vocab_size)
-    canvas, ar = loss_terms(m, batch, tok, cfg, torch.Generator().manual_seed(0))
+    canvas, ar, _ = loss_terms(m, batch, tok, cfg, torch.Generator().manual_seed(0))
     assert ar is not None and torch.isfinite(ar) and torch.isfinite(canvas)
-    only_canvas, none = loss_terms(
+    only_canvas, none, _ = loss_terms(
         m, batch, tok, TrainConfig(**{**cfg.__dict__, "ar_loss_weight": 0.0}), torch.Generator().manual_seed(0)
     )
     assert none is None
@@ -365,3 +365,34 @@ def test_one_line_spans_stop_the_autoregressive_mode_at_a_line_break(both, monke
     assert line and all("\n" in tok.decode([i]) for i in line)
     assert tok.encode("\n")[0] in line
     assert body == frozenset()  # a block body may run to several lines
+
+
+def test_a_fitted_canvas_row_never_sees_past_its_end() -> None:
+    """A row whose canvas is cut to its fill: what lies past its length changes nothing."""
+    m = tiny_model()
+    ctx = torch.tensor([[0, 0, 3, 11, 12, 4, 13, 14, 5]])
+    valid = torch.tensor([[True, True, True, False, False]])
+    a = m.forward_dual(ctx, ctx != 0, torch.tensor([[2, 9, 2, 7, 7]]), canvas_valid=valid).canvas
+    b = m.forward_dual(ctx, ctx != 0, torch.tensor([[2, 9, 2, 8, 1]]), canvas_valid=valid).canvas
+    torch.testing.assert_close(a[:, :3], b[:, :3], rtol=0, atol=1e-6)
+    # ... and equals denoising a canvas of that length
+    k, v = m.encode(ctx[:, 2:], *empty(m))
+    torch.testing.assert_close(a[:, :3], m.denoise(torch.tensor([[2, 9, 2]]), k, v), rtol=0, atol=1e-5)
+
+
+def test_fitted_canvases_and_the_length_loss() -> None:
+    tok = train_tokenizer(TEXTS, 300)
+    cfg = TrainConfig(
+        context_tokens=48, canvas_tokens=12, batch_size=8, ar_loss_weight=1.0, fit_canvas_share=1.0, fit_canvas_slack=2
+    )
+    batch = make_batch(tok, text_sampler(TEXTS, random.Random(1)), cfg, random.Random(1))
+    lens = batch.canvas_valid.sum(dim=1)
+    n_mid = batch.mid_valid.sum(dim=1)
+    assert ((lens >= n_mid + 1) & (lens <= torch.clamp(n_mid + 3, max=12))).all()
+    m = DiffusionCoder(
+        ModelConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=2, d_ff=64, length_classes=12)
+    )
+    terms = loss_terms(m, batch, tok, cfg, torch.Generator().manual_seed(0))
+    assert terms.length is not None
+    # the head starts from zero: a uniform guess over its classes
+    torch.testing.assert_close(terms.length, torch.tensor(12.0).log())

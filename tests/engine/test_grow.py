@@ -60,7 +60,7 @@ def test_a_grown_model_computes_the_same_function() -> None:
     torch.testing.assert_close(b[1], a[1])
     # not a model that ignores its new blocks: each copy trains (its output projection gets a gradient)
     grown.train()
-    logits, _ = grown.forward_dual(ctx, valid, canvas)
+    logits = grown.forward_dual(ctx, valid, canvas).canvas
     logits.square().mean().backward()
     assert grown.layers[1].out.weight.grad is not None and grown.layers[1].out.weight.grad.abs().sum() > 0
 
@@ -109,3 +109,37 @@ def test_a_cool_down_only_run_refuses_to_grow(tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError, match="cool-down-only"):
         run_training(recipe, tmp_path / "out", state_dir=state_dir, minutes=0, cooldown_minutes=0.01)
+
+
+def test_a_length_head_joins_a_saved_trunk_from_zero(tmp_path: Path) -> None:
+    """A recipe that asks for a length head adds one to a trunk saved without: the trunk's
+    function and moments are unchanged, the head starts at zero, trains, and is saved."""
+    tok = train_tokenizer(TEXTS, 300)
+    cfg = TrainConfig(**{**BASE, "steps": 3})  # type: ignore[arg-type]
+    train(cfg, tok, TEXTS, [], on_checkpoint=lambda st: save_state(tmp_path, st, tok, cfg))
+    want = TrainConfig(
+        **{
+            **BASE,
+            "steps": 6,
+            "length_loss_weight": 1.0,
+            "fit_canvas_share": 0.5,
+            "model": {**BASE["model"], "length_classes": 12},
+        }  # type: ignore[arg-type,dict-item]
+    )
+    state, _ = load_state(tmp_path, want)
+    before = {k: v.clone() for k, v in state.model.state_dict().items()}
+    moments = {n: state.opt.state[p]["exp_avg"].clone() for n, p in state.model.named_parameters()}
+    headed = grow_state(state, want)
+    head = headed.model.length_head
+    assert head is not None and headed.model.cfg.length_classes == 12
+    assert head.weight.abs().sum() == 0 and head.bias.abs().sum() == 0
+    for name, param in headed.model.named_parameters():
+        if not name.startswith("length_head"):
+            torch.testing.assert_close(param.detach(), before[name])
+            torch.testing.assert_close(headed.opt.state[param]["exp_avg"], moments[name])
+    train(want, tok, TEXTS, [], state=headed, on_checkpoint=lambda st: save_state(tmp_path, st, tok, want))
+    assert head.weight.abs().sum() > 0  # the length loss reaches it
+    again, _ = load_state(tmp_path, want)
+    assert again.model.cfg.length_classes == 12 and again.step == 6
+    assert again.model.length_head is not None
+    torch.testing.assert_close(again.model.length_head.weight, head.weight.detach())
