@@ -1,4 +1,11 @@
-"""diffusion-infill: the engine's command line (fill, batch, bench, eval, train, export-onnx).
+"""diffusion-infill: the engine's command line: the parser and the runtime commands.
+
+`fill` and `batch` run here, on the runtime alone. The measuring and model-making commands
+live beside the code they drive and are imported only when they run, so that a fill loads
+nothing of training or evaluation (tests/engine/test_cli.py checks):
+
+    bench, eval          engine/evaluation/cli.py
+    train, export-onnx   engine/training/cli.py (they need torch)
 
 Errors a user can cause (missing files, a bad model directory, bad input) print one line
 on stderr and exit with status 2; never a traceback (`-v` shows one for internal errors).
@@ -7,11 +14,12 @@ on stderr and exit with status 2; never a traceback (`-v` shows one for internal
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
@@ -60,7 +68,7 @@ def split_at(text: str, line: int, col: int) -> tuple[str, str]:
     return text[:offset], text[offset:]
 
 
-def _sampler_from_args(args: argparse.Namespace, engine: Any) -> SamplerConfig | None:
+def sampler_from_args(args: argparse.Namespace, engine: Any) -> SamplerConfig | None:
     """The sampler the arguments ask for, or None: the model's defaults for each span."""
     changes: dict[str, Any] = {}
     if args.strategy:
@@ -70,7 +78,8 @@ def _sampler_from_args(args: argparse.Namespace, engine: Any) -> SamplerConfig |
     return replace(engine.default_sampler(), **changes) if changes else None
 
 
-def _engine(args: argparse.Namespace) -> Any:
+def engine_from_args(args: argparse.Namespace) -> Any:
+    """The infill engine on the model, backend and device the arguments name."""
     from engine.infill import InfillEngine
 
     return InfillEngine(load_model(args.model, backend=args.backend, device=args.device))
@@ -87,7 +96,7 @@ def _request(args: argparse.Namespace, engine: Any, prefix: str, suffix: str, la
         context_tokens=args.context_tokens,
         candidates=getattr(args, "candidates", 1),
         seed=args.seed,
-        sampler=_sampler_from_args(args, engine),
+        sampler=sampler_from_args(args, engine),
         use_drafter=None if args.drafter is None else args.drafter == "on",
     )
 
@@ -130,7 +139,7 @@ def cmd_fill(args: argparse.Namespace) -> int:
     if language is None and args.file:  # from the extension, for syntax checks
         found = language_for(path=str(args.file))
         language = found.name if found.grammar else None
-    engine = _engine(args)
+    engine = engine_from_args(args)
     result = engine.fill(_request(args, engine, prefix, suffix, language))
     if args.json:
         json.dump(result_json(result), sys.stdout)
@@ -177,7 +186,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     dst: TextIO = _open(args.output, "w", "batch output") if args.output else sys.stdout
     failures = 0
     try:
-        engine = _engine(args)
+        engine = engine_from_args(args)
         for n, line in _jsonl(src, str(args.input or "stdin")):
             item: dict[str, Any] = {}
             try:
@@ -203,78 +212,6 @@ def cmd_batch(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    from engine.evaluation.benchmark import run_benchmark
-
-    report = run_benchmark(load_model(args.model, backend=args.backend, device=args.device), repeats=args.repeats)
-    text = json.dumps(report, indent=None if args.json else 2)
-    sys.stdout.write(text + "\n")
-    return 0
-
-
-def cmd_eval(args: argparse.Namespace) -> int:
-    from engine.evaluation.heldout import evaluate_dir, markdown_table
-
-    engine = _engine(args)
-    report = evaluate_dir(
-        engine,
-        args.data,
-        tasks=args.tasks,
-        seed=args.seed or 0,
-        sampler=_sampler_from_args(args, engine),
-        use_drafter=None if args.drafter is None else args.drafter == "on",
-        canvas_tokens=args.canvas_tokens,
-        context_tokens=args.context_tokens,
-        baseline=args.baseline,
-        functions=args.functions,
-        timeout=args.timeout,
-    )
-    text = json.dumps(report, indent=2) + "\n"
-    if args.output:
-        args.output.write_text(text, encoding="utf-8")
-    sys.stdout.write(markdown_table(report) if args.table else text)
-    return 0
-
-
-def cmd_train(args: argparse.Namespace) -> int:
-    try:
-        from engine.training.pipeline import run_training
-    except ImportError as exc:
-        raise InputError(f"training needs torch: pip install 'diffusion-lsp[torch]' ({exc})") from exc
-    if not args.recipe.is_file():
-        raise InputError(f"recipe not found: {args.recipe}")
-    if args.out is None and args.state is None:
-        raise InputError("train needs --out (a model directory), --state (a training state), or both")
-    try:
-        summary = run_training(
-            args.recipe,
-            args.out,
-            resume=args.resume,
-            state_dir=args.state,
-            minutes=args.minutes,
-            cooldown_minutes=args.cooldown_minutes,
-            threads=args.threads,
-        )
-    except (json.JSONDecodeError, TypeError, ValueError) as exc:
-        raise InputError(f"recipe {args.recipe} is not valid: {exc}") from None
-    sys.stdout.write(json.dumps(summary) + "\n")
-    return 0
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    try:
-        from engine.training.export import export_onnx
-    except ImportError as exc:
-        raise InputError(f"export needs torch: pip install 'diffusion-lsp[torch]' ({exc})") from exc
-    loaded = load_model(args.model, backend="torch")
-    out = args.out or loaded.path
-    # graphs next to the weights read them from the safetensors file; elsewhere they embed a copy
-    weights = loaded.path / "model.safetensors" if Path(out).resolve() == loaded.path.resolve() else None
-    export_onnx(loaded.denoiser.model, out, weights)  # type: ignore[attr-defined]
-    sys.stdout.write(f"wrote {out}/encode.onnx and {out}/denoise.onnx\n")
-    return 0
-
-
 def setup_logging(verbose: bool) -> None:
     """Warnings (and with -v, debug messages) on stderr: stdout carries only results."""
     handler = logging.StreamHandler(sys.stderr)
@@ -284,6 +221,16 @@ def setup_logging(verbose: bool) -> None:
         logger.handlers = [handler]
         logger.setLevel(logging.DEBUG if verbose else logging.WARNING)
         logger.propagate = False
+
+
+def _lazy(module: str, name: str) -> Callable[[argparse.Namespace], int]:
+    """The command `name` of `module`, imported only when it runs."""
+
+    def run(args: argparse.Namespace) -> int:
+        command: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(module), name)
+        return command(args)
+
+    return run
 
 
 MAX_CANDIDATES = 16  # a batch of B canvases costs B times the memory of one
@@ -359,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     be = sub.add_parser("bench", parents=[common], help="latency and steps benchmark, JSON on stdout")
     be.add_argument("--json", action="store_true", help="one line of JSON")
     be.add_argument("--repeats", type=_int_in(1), default=20)
-    be.set_defaults(func=cmd_bench)
+    be.set_defaults(func=_lazy("engine.evaluation.cli", "cmd_bench"))
 
     e = sub.add_parser(
         "eval", parents=[common, gen], help="infill quality, pass@1, steps and latency on held-out files"
@@ -382,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--timeout", type=float, default=10.0, help="seconds per doctest run (default 10)")
     e.add_argument("--table", action="store_true", help="print a markdown table instead of the JSON")
     e.add_argument("--output", type=Path, help="also write the JSON report to this file")
-    e.set_defaults(func=cmd_eval)
+    e.set_defaults(func=_lazy("engine.evaluation.cli", "cmd_eval"))
 
     t = sub.add_parser("train", help="train a model directory from a recipe")
     t.add_argument("-v", "--verbose", action="store_true")
@@ -397,11 +344,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--minutes", type=float, help="train this long (overrides the recipe's time_limit_s)")
     t.add_argument("--threads", type=int, help="torch threads (overrides the recipe's threads)")
     t.add_argument("--cooldown-minutes", type=float, help="then cool a copy down this long and write it to --out (wsd)")
-    t.set_defaults(func=cmd_train)
+    t.set_defaults(func=_lazy("engine.training.cli", "cmd_train"))
 
     x = sub.add_parser("export-onnx", parents=[common], help="write the ONNX graphs for a model's safetensors")
     x.add_argument("--out", type=Path)
-    x.set_defaults(func=cmd_export)
+    x.set_defaults(func=_lazy("engine.training.cli", "cmd_export"))
     return p
 
 

@@ -299,3 +299,22 @@ def test_eval_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
     with pytest.raises(SystemExit) as exc:
         main(["eval", "--data", str(tmp_path), "--functions", "-1"])
     assert exc.value.code == 2 and "--functions" in capsys.readouterr().err
+
+
+RUNTIME_PROBE = """
+import json, sys
+from engine.cli import main
+code = main(["fill", "--model", sys.argv[1], "--prefix-file", sys.argv[2]])
+print(json.dumps([code, sorted(sys.modules)]))
+"""
+
+
+def test_a_fill_imports_no_training_or_evaluation(tiny_model_dir: Path, tmp_path: Path) -> None:
+    prefix = tmp_path / "pre.txt"
+    prefix.write_text("def add(a, b):\n    return ")
+    probe = [sys.executable, "-c", RUNTIME_PROBE, str(tiny_model_dir), str(prefix)]
+    out = subprocess.run(probe, capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    code, modules = json.loads(out.stdout.strip().splitlines()[-1])
+    assert code == 0 and "engine.infill" in modules
+    assert [m for m in modules if m.startswith(("engine.training", "engine.evaluation", "torch"))] == []

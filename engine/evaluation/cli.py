@@ -1,0 +1,44 @@
+"""diffusion-infill's measuring commands, `bench` and `eval`; engine/cli.py parses their
+arguments and imports this module only when one of them runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from engine.cli import engine_from_args, sampler_from_args
+from engine.modeldir import load_model
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from engine.evaluation.benchmark import run_benchmark
+
+    report = run_benchmark(load_model(args.model, backend=args.backend, device=args.device), repeats=args.repeats)
+    text = json.dumps(report, indent=None if args.json else 2)
+    sys.stdout.write(text + "\n")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from engine.evaluation.heldout import evaluate_dir, markdown_table
+
+    engine = engine_from_args(args)
+    report = evaluate_dir(
+        engine,
+        args.data,
+        tasks=args.tasks,
+        seed=args.seed or 0,
+        sampler=sampler_from_args(args, engine),
+        use_drafter=None if args.drafter is None else args.drafter == "on",
+        canvas_tokens=args.canvas_tokens,
+        context_tokens=args.context_tokens,
+        baseline=args.baseline,
+        functions=args.functions,
+        timeout=args.timeout,
+    )
+    text = json.dumps(report, indent=2) + "\n"
+    if args.output:
+        args.output.write_text(text, encoding="utf-8")
+    sys.stdout.write(markdown_table(report) if args.table else text)
+    return 0

@@ -1,0 +1,51 @@
+"""diffusion-infill's model-making commands, `train` and `export-onnx` (both need torch);
+engine/cli.py parses their arguments and imports this module only when one of them runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from engine.errors import InputError
+from engine.modeldir import load_model
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    try:
+        from engine.training.pipeline import run_training
+    except ImportError as exc:
+        raise InputError(f"training needs torch: pip install 'diffusion-lsp[torch]' ({exc})") from exc
+    if not args.recipe.is_file():
+        raise InputError(f"recipe not found: {args.recipe}")
+    if args.out is None and args.state is None:
+        raise InputError("train needs --out (a model directory), --state (a training state), or both")
+    try:
+        summary = run_training(
+            args.recipe,
+            args.out,
+            resume=args.resume,
+            state_dir=args.state,
+            minutes=args.minutes,
+            cooldown_minutes=args.cooldown_minutes,
+            threads=args.threads,
+        )
+    except (json.JSONDecodeError, TypeError, ValueError) as exc:
+        raise InputError(f"recipe {args.recipe} is not valid: {exc}") from None
+    sys.stdout.write(json.dumps(summary) + "\n")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    try:
+        from engine.training.export import export_onnx
+    except ImportError as exc:
+        raise InputError(f"export needs torch: pip install 'diffusion-lsp[torch]' ({exc})") from exc
+    loaded = load_model(args.model, backend="torch")
+    out = args.out or loaded.path
+    # graphs next to the weights read them from the safetensors file; elsewhere they embed a copy
+    weights = loaded.path / "model.safetensors" if Path(out).resolve() == loaded.path.resolve() else None
+    export_onnx(loaded.denoiser.model, out, weights)  # type: ignore[attr-defined]
+    sys.stdout.write(f"wrote {out}/encode.onnx and {out}/denoise.onnx\n")
+    return 0
