@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, replace
 
 from engine.candidate import Candidate
-from engine.spans import Document, Span, count_errors, language_for, select_span, validate_fill
+from engine.spans import Document, Span, language_for, select_span, validate_fill
 from engine.spans.select import MULTI_LINE_BUDGET
 from engine.tokenizer import Tokenizer
 
@@ -148,21 +148,3 @@ def _python_compiles(text: str) -> bool:
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return False
     return True
-
-
-def parses_no_worse(prefix: str, middle: str, fill: str, suffix: str, language: str = "python") -> bool | None:
-    """Whether prefix + fill + suffix has no more syntax errors (ERROR and MISSING nodes)
-    than prefix + middle + suffix, the file as written; None without a grammar.
-
-    The evaluation's syntax-validity measure: held-out files may already hold errors
-    (newer syntax than the grammar knows), which a fill is not blamed for. The fill's
-    tree is an incremental reparse of the original's.
-    """
-    lang = language_for(language)
-    if not lang.grammar:
-        return None
-    doc = Document(prefix + middle + suffix, lang)
-    if doc.tree is None:
-        return None
-    after = doc.with_insert(len(prefix) + len(middle), fill, len(prefix))
-    return bool(count_errors(after) <= count_errors(doc.tree))

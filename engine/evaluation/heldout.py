@@ -12,7 +12,7 @@ Task kinds, cut with a fixed seed from the `.py` files under a directory (engine
 
 Per kind: exact match (the fill equals the removed middle, trailing whitespace ignored),
 syntax validity (prefix + fill + suffix has no more tree-sitter errors than the file as
-written: engine.syntax.parses_no_worse), steps and canvas tokens per fill, p50 and p95
+written: `parses_no_worse`), steps and canvas tokens per fill, p50 and p95
 latency (encode + denoise; the cache is cleared before every fill, so each one is cold),
 and for function_body pass@1; the share of non-empty fills (every task's middle is
 non-empty), the syntax validity that counts an empty fill as a failure, and the share
@@ -43,8 +43,8 @@ from engine.errors import InputError
 from engine.evaluation import passk
 from engine.infill import InfillEngine, InfillRequest
 from engine.sampler import SamplerConfig, Strategy
+from engine.spans import Document, count_errors, language_for
 from engine.spans.select import MULTI_LINE_BUDGET, PROSE_BUDGET, SINGLE_LINE_BUDGET
-from engine.syntax import parses_no_worse
 from engine.training.tasks import TaskKind, cut
 
 # eval kind -> (cut kind, most characters in the middle, canvas budget, single-line fill)
@@ -59,6 +59,24 @@ TABLE_KINDS = ("single_line", "block_body", "random_span", "function_body")
 REDRAWS = 50  # draws per task before one that does not fit its canvas is taken anyway
 MAX_BODY_CHARS = 400  # function bodies longer than this are not mined
 DEFAULT_FUNCTIONS = 200  # functions for pass@1 (at most)
+
+
+def parses_no_worse(prefix: str, middle: str, fill: str, suffix: str, language: str = "python") -> bool | None:
+    """Whether prefix + fill + suffix has no more syntax errors (ERROR and MISSING nodes)
+    than prefix + middle + suffix, the file as written; None without a grammar.
+
+    The evaluation's syntax-validity measure: held-out files may already hold errors
+    (newer syntax than the grammar knows), which a fill is not blamed for. The fill's
+    tree is an incremental reparse of the original's.
+    """
+    lang = language_for(language)
+    if not lang.grammar:
+        return None
+    doc = Document(prefix + middle + suffix, lang)
+    if doc.tree is None:
+        return None
+    after = doc.with_insert(len(prefix) + len(middle), fill, len(prefix))
+    return bool(count_errors(after) <= count_errors(doc.tree))
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluation.heldout import KINDS, draw_tasks, evaluate_dir, markdown_table, run_task
+from engine.evaluation.heldout import KINDS, draw_tasks, evaluate_dir, markdown_table, parses_no_worse, run_task
 from engine.evaluation.passk import keep_passing, mine_file, run_doctests
 from engine.infill import InfillEngine
 from engine.modeldir import DEFAULT_MODEL_DIR, load_model
-from engine.syntax import parses_no_worse
 
 FUNCS = '''"""Small functions with doctests, for the evaluation tests."""
 
