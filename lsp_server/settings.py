@@ -4,9 +4,11 @@ and its default used; unknown keys are ignored.
 
 `OPTIONS` is the one description of every setting: its key on the wire, its type, its
 range or choices and its meaning. Validation is derived from it, `settings_schema()` gives
-it as JSON Schema, and tests/unit/test_settings_schema.py checks that every editor client
-(VS Code's package.json and config.ts, the Emacs defcustoms, the Neovim docs) and the docs
-agree with it.
+it as JSON Schema, and `python -m lsp_server.gen_settings` writes every editor client's copy
+from it (VS Code's package.json and config.ts, the Emacs defcustoms, the Neovim help) and the
+settings tables of the docs; `--check` (in CI and tests/unit/test_settings_schema.py) fails
+when one is stale. A new setting is a field of `Settings` and an `Option` here, then that
+command.
 """
 
 from __future__ import annotations
@@ -64,11 +66,17 @@ def engine_changed(old: Settings, new: Settings) -> bool:
 
 
 Kind = Literal["integer", "string", "boolean", "strings"]
+Client = Literal["vscode", "emacs", "nvim"]
 
 
 @dataclass(frozen=True)
 class Option:
-    """One setting: `name` is the Settings field, `key` its name on the wire."""
+    """One setting: `name` is the Settings field, `key` its name on the wire.
+
+    The editor clients and the docs are generated from these (lsp_server/gen_settings.py):
+    `description` is one or two sentences of plain text in which `code` may be quoted with
+    backticks; it says neither the range, the choices nor what unset means, which every
+    client words its own way from `minimum`, `maximum`, `choices` and `unset`."""
 
     name: str
     key: str
@@ -78,19 +86,36 @@ class Option:
     maximum: int | None = None
     choices: tuple[str, ...] | None = None
     description: str = ""
+    unset: str = ""  # what None means, a phrase after "unset:" (e.g. "the shipped model"); nullable options only
+    remote: bool = False  # a setting of the remote engine (docs/remote.md)
+    path: bool = False  # a directory on the user's machine: clients that can expand `~` do (Emacs)
+    # a default a client chooses for its users on purpose, unlike the server's (VS Code shows drafts)
+    client_defaults: tuple[tuple[Client, Any], ...] = ()
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("model", "model", "string", nullable=True, description="Model directory; unset: the shipped model."),
+    Option(
+        "model",
+        "model",
+        "string",
+        nullable=True,
+        description="Model directory: the embedded architecture or a DiffusionGemma checkpoint.",
+        unset="the shipped model",
+        path=True,
+    ),
     Option("backend", "backend", "string", choices=BACKENDS, description="Inference backend."),
-    Option("device", "device", "string", description="Device: cpu, cuda or cuda:N."),
+    Option("device", "device", "string", description="Device: `cpu`, `cuda` or `cuda:N`."),
     Option(
         "strategy",
         "strategy",
         "string",
         nullable=True,
         choices=STRATEGIES,
-        description="Decoding strategy; unset: the model's default.",
+        description=(
+            "Decoding strategy. `left_to_right` decodes one canvas token per step, `autoregressive` one token at"
+            ' a time through the context encoder (for models trained for it: config.json `"autoregressive": true`).'
+        ),
+        unset="the model's default",
     ),
     Option(
         "max_steps",
@@ -99,7 +124,8 @@ OPTIONS: tuple[Option, ...] = (
         True,
         1,
         1024,
-        description="Most denoising steps per fill; unset: the model's.",
+        description="Most denoising steps per fill.",
+        unset="the model's default",
     ),
     Option(
         "max_fill_tokens",
@@ -108,7 +134,11 @@ OPTIONS: tuple[Option, ...] = (
         True,
         1,
         256,
-        description="Cap on a fill's canvas (tokens), whose length comes from the syntax span; unset: no cap.",
+        description=(
+            "Cap on a fill's canvas (tokens). Its length comes from the syntax span: 32 for a line, 64 for"
+            " prose, 128 for a body or a hole, enough for the text a rewrite replaces."
+        ),
+        unset="no cap",
     ),
     Option(
         "context_tokens",
@@ -117,7 +147,8 @@ OPTIONS: tuple[Option, ...] = (
         True,
         16,
         1 << 20,
-        description="Context tokens around the cursor; unset: the model's default.",
+        description="Context tokens around the cursor given to the model.",
+        unset="the model's default",
     ),
     Option(
         "debounce_ms",
@@ -125,7 +156,7 @@ OPTIONS: tuple[Option, ...] = (
         "integer",
         minimum=0,
         maximum=5000,
-        description="Wait (ms) before an automatic fill starts; a newer request in that time replaces it.",
+        description="Server-side wait (ms) before an automatic fill starts. A newer request in that time replaces it.",
     ),
     Option(
         "deadline_ms",
@@ -133,7 +164,10 @@ OPTIONS: tuple[Option, ...] = (
         "integer",
         minimum=50,
         maximum=60000,
-        description="A fill stops denoising this long (ms) after it starts and answers with what it has.",
+        description=(
+            "A completion stops denoising this long (ms) after it starts. It answers with what it has then;"
+            " code-action commands run to their end."
+        ),
     ),
     Option(
         "alternatives",
@@ -141,32 +175,71 @@ OPTIONS: tuple[Option, ...] = (
         "integer",
         minimum=1,
         maximum=8,
-        description="Candidates when you ask for a suggestion explicitly.",
+        description="Candidates asked for when you trigger a suggestion explicitly.",
     ),
     Option("languages", "languages", "strings", description="Language ids the server fills; empty: all."),
-    Option("drafts", "drafts", "boolean", description="Send diffusion/draft notifications as the fill forms."),
+    Option(
+        "drafts",
+        "drafts",
+        "boolean",
+        description=(
+            "Show the fill as it forms. The server sends its intermediate denoising steps as `diffusion/draft`"
+            " notifications, which the client shows as faded text at the cursor."
+        ),
+        client_defaults=(("vscode", True),),
+    ),
     Option(
         "endpoint",
         "endpoint",
         "string",
         nullable=True,
-        description="URL of an inference server (vLLM, a hosted FIM API, llama-server); unset: the local model.",
+        description=(
+            "URL of an inference server that the fills come from. A vLLM server, a hosted FIM API or llama-server,"
+            " over `http://` or `https://`; a base path is kept (`https://host/api`). See docs/remote.md."
+        ),
+        unset="the local model",
+        remote=True,
     ),
-    Option("dialect", "dialect", "string", choices=DIALECTS, description="What the endpoint speaks."),
-    Option("remote_model", "remoteModel", "string", nullable=True, description="The served model's name."),
+    Option(
+        "dialect",
+        "dialect",
+        "string",
+        choices=DIALECTS,
+        description=(
+            "What the endpoint speaks. `vllm`: a rendered prompt over /v1/completions; `openai-fim`: prompt and"
+            " suffix; `llama-infill`: llama-server's /infill."
+        ),
+        remote=True,
+    ),
+    Option(
+        "remote_model",
+        "remoteModel",
+        "string",
+        nullable=True,
+        description="The served model's name, sent as `model` with each request.",
+        unset="no name sent",
+        remote=True,
+    ),
     Option(
         "endpoint_path",
         "endpointPath",
         "string",
         nullable=True,
-        description="Request path on the endpoint; unset: the dialect's (/v1/completions, /infill).",
+        description="Request path on the endpoint, e.g. `/v1/fim/completions`.",
+        unset="the dialect's (`/v1/completions`, `/infill`)",
+        remote=True,
     ),
     Option(
         "api_key_env",
         "apiKeyEnv",
         "string",
         nullable=True,
-        description="Name of the environment variable that holds the API key (the key itself never goes in settings).",
+        description=(
+            "Name of the environment variable that holds the API key. It is sent as `Authorization: Bearer`; the"
+            " key itself never goes in a settings file or a log."
+        ),
+        unset="no key",
+        remote=True,
     ),
     Option(
         "request_timeout_ms",
@@ -175,8 +248,15 @@ OPTIONS: tuple[Option, ...] = (
         minimum=100,
         maximum=600000,
         description="Wait (ms) for the endpoint to connect and for each piece of its reply.",
+        remote=True,
     ),
-    Option("tls_verify", "tlsVerify", "boolean", description="Verify the endpoint's TLS certificate."),
+    Option(
+        "tls_verify",
+        "tlsVerify",
+        "boolean",
+        description="Verify the endpoint's TLS certificate.",
+        remote=True,
+    ),
 )
 _BY_KEY = {o.key: o for o in OPTIONS}
 _DEFAULTS = Settings()

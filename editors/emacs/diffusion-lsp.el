@@ -85,90 +85,151 @@ listed here is served by diffusion-lsp instead of its usual server."
   :initialize #'custom-initialize-default
   :set #'diffusion-lsp--set-and-register)
 
+;; settings:begin: generated from lsp_server/settings.py by lsp_server/gen_settings.py
 (defcustom diffusion-lsp-model nil
-  "Model directory; nil for the model shipped with the server."
-  :type '(choice (const :tag "Shipped model" nil) directory))
+  "Model directory: the embedded architecture or a DiffusionGemma checkpoint.
+A directory; nil: the shipped model."
+  :type '(choice (const :tag "The shipped model" nil) directory))
 
 (defcustom diffusion-lsp-backend nil
-  "Inference backend; nil for the server's default (auto)."
+  "Inference backend.
+One of \"auto\", \"onnx\", \"torch\", \"diffusion_gemma\"; nil: the server's
+default (\"auto\")."
   :type '(choice (const :tag "Server default" nil)
-                 (const "auto") (const "onnx") (const "torch") (const "diffusion_gemma")))
+                 (const "auto") (const "onnx") (const "torch")
+                 (const "diffusion_gemma")))
 
 (defcustom diffusion-lsp-device nil
-  "Device such as \"cpu\" or \"cuda:0\"; nil for the server's default (cpu)."
+  "Device: `cpu', `cuda' or `cuda:N'.
+A string; nil: the server's default (\"cpu\")."
   :type '(choice (const :tag "Server default" nil) string))
 
 (defcustom diffusion-lsp-strategy nil
-  "Sampler strategy; nil for the model's default."
-  :type '(choice (const :tag "Model default" nil) string))
+  "Decoding strategy.
+`left_to_right' decodes one canvas token per step, `autoregressive'
+one token at a time through the context encoder (for models trained
+for it: config.json `\"autoregressive\": true').
+One of \"entropy_bound\", \"confidence\", \"fixed_k\", \"left_to_right\",
+\"autoregressive\"; nil: the model's default."
+  :type '(choice (const :tag "The model's default" nil)
+                 (const "entropy_bound") (const "confidence")
+                 (const "fixed_k") (const "left_to_right")
+                 (const "autoregressive")))
 
 (defcustom diffusion-lsp-max-steps nil
-  "Most denoising steps per fill (1..1024); nil for the model's default."
-  :type '(choice (const :tag "Model default" nil) integer))
+  "Most denoising steps per fill.
+An integer in 1..1024; nil: the model's default."
+  :type '(choice (const :tag "The model's default" nil) integer))
 
 (defcustom diffusion-lsp-max-fill-tokens nil
-  "Cap on a fill's canvas in tokens (1..256); nil for none.
-The canvas length comes from the syntax span (a line 32, a body 128)."
+  "Cap on a fill's canvas (tokens).
+Its length comes from the syntax span: 32 for a line, 64 for prose,
+128 for a body or a hole, enough for the text a rewrite replaces.
+An integer in 1..256; nil: no cap."
   :type '(choice (const :tag "No cap" nil) integer))
 
 (defcustom diffusion-lsp-context-tokens nil
-  "Context budget in tokens; nil for the model's default."
-  :type '(choice (const :tag "Model default" nil) integer))
+  "Context tokens around the cursor given to the model.
+An integer in 16..1048576; nil: the model's default."
+  :type '(choice (const :tag "The model's default" nil) integer))
 
 (defcustom diffusion-lsp-debounce-ms nil
-  "Server-side debounce in milliseconds (0..5000); nil for the default."
+  "Server-side wait (ms) before an automatic fill starts.
+A newer request in that time replaces it.
+An integer in 0..5000; nil: the server's default (0)."
   :type '(choice (const :tag "Server default" nil) integer))
 
 (defcustom diffusion-lsp-deadline-ms nil
-  "Milliseconds after which a fill stops and answers with what it has (50..60000).
-nil for the server's default (2000)."
+  "A completion stops denoising this long (ms) after it starts.
+It answers with what it has then; code-action commands run to their
+end.
+An integer in 50..60000; nil: the server's default (2000)."
   :type '(choice (const :tag "Server default" nil) integer))
 
 (defcustom diffusion-lsp-alternatives nil
-  "Candidates for an invoked inline completion (1..8); nil for the default."
+  "Candidates asked for when you trigger a suggestion explicitly.
+An integer in 1..8; nil: the server's default (3)."
   :type '(choice (const :tag "Server default" nil) integer))
 
 (defcustom diffusion-lsp-languages nil
-  "Language ids the server fills; nil for all of them."
+  "Language ids the server fills; empty: all."
   :type '(repeat string))
 
 (defcustom diffusion-lsp-drafts nil
-  "Whether the server sends drafts: the fill as it forms, shown after point
-(face `diffusion-lsp-draft') while an inline completion is pending."
+  "Show the fill as it forms.
+The server sends its intermediate denoising steps as `diffusion/draft'
+notifications, which the client shows as faded text at the cursor."
   :type 'boolean)
 
 (defcustom diffusion-lsp-endpoint nil
-  "URL of an inference server to fill from.
-vLLM, a hosted FIM API or llama-server; nil for the local model.
-See docs/remote.md."
-  :type '(choice (const :tag "Local model" nil) string))
+  "URL of an inference server that the fills come from.
+A vLLM server, a hosted FIM API or llama-server, over `http://' or
+`https://'; a base path is kept (`https://host/api').  See
+docs/remote.md.
+A string; nil: the local model."
+  :type '(choice (const :tag "The local model" nil) string))
 
 (defcustom diffusion-lsp-dialect nil
-  "What `diffusion-lsp-endpoint' speaks.
-\"vllm\", \"openai-fim\" or \"llama-infill\"; nil for the server's default (vllm)."
-  :type '(choice (const :tag "Server default" nil) string))
+  "What the endpoint speaks.
+`vllm': a rendered prompt over /v1/completions; `openai-fim': prompt
+and suffix; `llama-infill': llama-server's /infill.
+One of \"vllm\", \"openai-fim\", \"llama-infill\"; nil: the server's default
+\(\"vllm\")."
+  :type '(choice (const :tag "Server default" nil)
+                 (const "vllm") (const "openai-fim") (const "llama-infill")))
 
 (defcustom diffusion-lsp-remote-model nil
-  "The served model's name, sent with each request; nil to send none."
-  :type '(choice (const :tag "None" nil) string))
+  "The served model's name, sent as `model' with each request.
+A string; nil: no name sent."
+  :type '(choice (const :tag "No name sent" nil) string))
 
 (defcustom diffusion-lsp-endpoint-path nil
-  "Request path on the endpoint; nil for the dialect's."
-  :type '(choice (const :tag "The dialect's" nil) string))
+  "Request path on the endpoint, e.g. `/v1/fim/completions'.
+A string; nil: the dialect's (/v1/completions, /infill)."
+  :type '(choice (const :tag "The dialect's (/v1/completions, /infill)" nil)
+                 string))
 
 (defcustom diffusion-lsp-api-key-env nil
-  "Name of the environment variable that holds the endpoint's API key.
-The key itself is never put in a setting."
+  "Name of the environment variable that holds the API key.
+It is sent as `Authorization: Bearer'; the key itself never goes in a
+settings file or a log.
+A string; nil: no key."
   :type '(choice (const :tag "No key" nil) string))
 
 (defcustom diffusion-lsp-request-timeout-ms nil
-  "Milliseconds to wait for the endpoint to connect and for each reply piece.
-nil for the server's default (10000)."
+  "Wait (ms) for the endpoint to connect and for each piece of its reply.
+An integer in 100..600000; nil: the server's default (10000)."
   :type '(choice (const :tag "Server default" nil) integer))
 
 (defcustom diffusion-lsp-tls-verify t
-  "Non-nil to verify the endpoint's TLS certificate."
+  "Verify the endpoint's TLS certificate."
   :type 'boolean)
+
+(defun diffusion-lsp-settings ()
+  "The `diffusionLsp' settings object (a plist) sent to the server.
+Settings left at nil are omitted, so the server's defaults apply; the
+booleans are always sent."
+  (let ((pairs `((:model . ,(and diffusion-lsp-model (expand-file-name diffusion-lsp-model)))
+                 (:backend . ,diffusion-lsp-backend)
+                 (:device . ,diffusion-lsp-device)
+                 (:strategy . ,diffusion-lsp-strategy)
+                 (:maxSteps . ,diffusion-lsp-max-steps)
+                 (:maxFillTokens . ,diffusion-lsp-max-fill-tokens)
+                 (:contextTokens . ,diffusion-lsp-context-tokens)
+                 (:debounceMs . ,diffusion-lsp-debounce-ms)
+                 (:deadlineMs . ,diffusion-lsp-deadline-ms)
+                 (:alternatives . ,diffusion-lsp-alternatives)
+                 (:languages . ,(and diffusion-lsp-languages (vconcat diffusion-lsp-languages)))
+                 (:drafts . ,(if diffusion-lsp-drafts t :json-false))
+                 (:endpoint . ,diffusion-lsp-endpoint)
+                 (:dialect . ,diffusion-lsp-dialect)
+                 (:remoteModel . ,diffusion-lsp-remote-model)
+                 (:endpointPath . ,diffusion-lsp-endpoint-path)
+                 (:apiKeyEnv . ,diffusion-lsp-api-key-env)
+                 (:requestTimeoutMs . ,diffusion-lsp-request-timeout-ms)
+                 (:tlsVerify . ,(if diffusion-lsp-tls-verify t :json-false)))))
+    (cl-loop for (key . value) in pairs when value append (list key value))))
+;; settings:end
 
 (defcustom diffusion-lsp-request-timeout 60
   "Seconds to wait for a fill, a code action command or a next edit.
@@ -187,30 +248,6 @@ asked for the edit, so by default it is applied without a prompt."
 (defun diffusion-lsp--contact (_interactive)
   "The eglot contact for diffusion-lsp, read from the current settings."
   (cons 'diffusion-lsp-server diffusion-lsp-server-command))
-
-(defun diffusion-lsp-settings ()
-  "The `diffusionLsp' settings object (a plist) sent to the server.
-Settings left at nil are omitted, so the server's defaults apply."
-  (let ((pairs `((:model . ,(and diffusion-lsp-model (expand-file-name diffusion-lsp-model)))
-                 (:backend . ,diffusion-lsp-backend)
-                 (:device . ,diffusion-lsp-device)
-                 (:strategy . ,diffusion-lsp-strategy)
-                 (:maxSteps . ,diffusion-lsp-max-steps)
-                 (:maxFillTokens . ,diffusion-lsp-max-fill-tokens)
-                 (:contextTokens . ,diffusion-lsp-context-tokens)
-                 (:debounceMs . ,diffusion-lsp-debounce-ms)
-                 (:deadlineMs . ,diffusion-lsp-deadline-ms)
-                 (:alternatives . ,diffusion-lsp-alternatives)
-                 (:languages . ,(and diffusion-lsp-languages (vconcat diffusion-lsp-languages)))
-                 (:endpoint . ,diffusion-lsp-endpoint)
-                 (:dialect . ,diffusion-lsp-dialect)
-                 (:remoteModel . ,diffusion-lsp-remote-model)
-                 (:endpointPath . ,diffusion-lsp-endpoint-path)
-                 (:apiKeyEnv . ,diffusion-lsp-api-key-env)
-                 (:requestTimeoutMs . ,diffusion-lsp-request-timeout-ms))))
-    (append (cl-loop for (key . value) in pairs when value append (list key value))
-            (list :drafts (if diffusion-lsp-drafts t :json-false)
-                  :tlsVerify (if diffusion-lsp-tls-verify t :json-false)))))
 
 (cl-defmethod eglot-initialization-options ((_server diffusion-lsp-server))
   "Send the `diffusion-lsp' customization group as initializationOptions."

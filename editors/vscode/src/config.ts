@@ -5,6 +5,7 @@ import type { ServerOptions } from "vscode-languageclient/node";
 
 export const SECTION = "diffusionLsp";
 
+// settings:begin: generated from lsp_server/settings.py by lsp_server/gen_settings.py
 /** The settings the server understands, under their names in package.json and on the wire. */
 const SERVER_KEYS = [
   "model",
@@ -27,6 +28,7 @@ const SERVER_KEYS = [
   "requestTimeoutMs",
   "tlsVerify",
 ] as const;
+// settings:end
 
 /** The server's settings as initializationOptions: `{diffusionLsp: {...}}`, unset values left out
  * (the server then uses its defaults). */
