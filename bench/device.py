@@ -49,6 +49,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from engine.training.budget import Budget  # noqa: E402 - torch-free
+
 TRANSFORMERS_PIN = "transformers==5.23.*"
 BF16_REL_TOL = 5e-2  # relative error of bf16 logits after 30 layers, summation order only
 FP32_REL_TOL = 1e-4
@@ -86,20 +88,6 @@ def ensure_transformers(wheels: Path | None) -> dict[str, Any]:
 def extra_wheels(wheels: Path) -> list[str]:
     """Other carried wheels (e.g. a newer huggingface_hub or tokenizers that 5.23 needs)."""
     return [str(p) for p in sorted(wheels.glob("*.whl")) if not p.name.startswith("transformers-")]
-
-
-class Budget:
-    """Seconds left of the run's budget; parts ask before they start."""
-
-    def __init__(self, seconds: float) -> None:
-        self.start = time.perf_counter()
-        self.seconds = seconds
-
-    def left(self) -> float:
-        return self.seconds - (time.perf_counter() - self.start)
-
-    def allows(self, estimate: float) -> bool:
-        return self.left() >= estimate
 
 
 class Report:

@@ -8,5 +8,6 @@ imports (tests/unit/test_layout.py checks).
     save       writing a model directory (engine/modeldir.py reads one)
     export     the ONNX graphs of a trained model
     device     the one-shot training run on an accelerator machine
+    budget     the time budget of such a run (bench/device.py's too)
     cli        the `train` and `export-onnx` commands (engine/cli.py parses them)
 """

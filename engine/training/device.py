@@ -67,6 +67,7 @@ from engine.modeldir import (  # noqa: E402
     WEIGHTS_FILE,
 )
 from engine.tokenizer import SPECIAL_TOKENS, Tokenizer, train_tokenizer  # noqa: E402
+from engine.training.budget import Budget  # noqa: E402
 from engine.training.corpus import DATA_MANIFEST, MANIFEST, data_manifest  # noqa: E402
 from engine.training.loop import Batch, TrainConfig, make_batch, read_corpus, text_sampler, train  # noqa: E402
 from engine.training.pipeline import DEFAULTS, describe_data  # noqa: E402
@@ -125,17 +126,6 @@ TINY_RUN: dict[str, Any] = {
 
 
 # ----------------------------------------------------------------------------- report
-
-
-class Budget:
-    """Seconds left of the run's budget."""
-
-    def __init__(self, seconds: float) -> None:
-        self.start = time.perf_counter()
-        self.seconds = seconds
-
-    def left(self) -> float:
-        return self.seconds - (time.perf_counter() - self.start)
 
 
 class Report:
