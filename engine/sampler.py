@@ -1,10 +1,33 @@
-"""The denoising loop: canvas in, tokens out; knows no model, only the Denoiser protocol.
+"""Sampling: encoded context in, fill tokens out; knows no model, only the Denoiser protocol.
 
-Written once against the array API standard (array-api-compat), so the same code samples
-numpy arrays for the onnx backend and torch tensors on any device (the DiffusionGemma
-path samples on the GPU). Random numbers come from the backend's `RandomSource`.
+Two loops, chosen by the sampler's strategy (a model directory's config.json sets it in
+`defaults`; engine/infill.py's `_sample` picks the loop):
 
-Two canvas regimes (a model's config says which):
+- `run_autoregressive`, the default today: the shipped model decodes one token at a time
+  (strategy "autoregressive"), through the causal context encoder of the same weights
+  (the denoiser is also an `Autoregressive`).
+- `run`, the canvas: every other strategy, a region being refined, and a model without
+  the autoregressive mode. A canvas of C tokens is denoised against the cached context,
+  many tokens per step. A canvas default is planned.
+
+Both loops stop early on the same check between steps (`stop_requested`): the cancel
+callback first, then the deadline.
+
+The autoregressive loop, per row (`run_autoregressive`; rows one after the other):
+  1. stop if `stop_requested` says so;
+  2. temper the next position's logits, bar suppressed tokens and the mask (and
+     end-of-fill and padding before min_tokens);
+  3. take the argmax (greedy, or the greedy row) or sample from the softmax;
+  4. end the row at end-of-fill or padding (written as end-of-fill), after a token of
+     `stop_after`, or at the canvas length; else extend the encoder's state by the
+     token, which gives the next position's logits.
+The result has the canvas's shape (the fill, end-of-fill, padding), so everything above
+the sampler treats both loops' answers alike.
+
+The canvas loop is written once against the array API standard (array-api-compat), so the
+same code samples numpy arrays for the onnx backend and torch tensors on any device (the
+DiffusionGemma path samples on the GPU). Random numbers come from the backend's
+`RandomSource`. Two canvas regimes (a model's config says which):
 
 - absorbing (MDLM / LLaDA): the canvas starts as mask tokens; each step the strategy
   picks positions to lock; locked tokens never change. Positions after a locked
@@ -15,8 +38,8 @@ Two canvas regimes (a model's config says which):
   `EntropyBoundSampler` + `_denoising_step` call for call, so a seeded run reproduces
   `DiffusionGemmaForBlockDiffusion.generate`.
 
-The loop, step by step (`run`):
-  1. stop if the cancel callback says so or the deadline has passed;
+The canvas loop, step by step (`run`):
+  1. stop if `stop_requested` says so;
   2. one forward pass of the canvas against the cached context -> logits (B, C, V);
   3. divide by the step's temperature (linear schedule from t_max down to t_min);
   4. draw the denoiser canvas (sampled, or argmax when greedy) and the argmax canvas;
@@ -49,7 +72,8 @@ _NOT_OPEN = 1.0e4
 
 @dataclass(frozen=True)
 class SamplerConfig:
-    """How to denoise one canvas. Defaults suit the shipped absorbing model."""
+    """How to sample one fill. The defaults are the canvas loop's, for an absorbing model;
+    a model directory's config.json overrides them (the shipped one: "autoregressive")."""
 
     strategy: Strategy = "entropy_bound"
     max_steps: int = 32
@@ -337,6 +361,17 @@ class StableAndConfident:
 # ---------------------------------------------------------------------------- the loop
 
 
+def stop_requested(cancel: Callable[[], bool] | None, deadline: float | None) -> StopReason | None:
+    """Why a loop must stop before its next step, or None: "cancelled" when the cancel
+    callback says so (asked first), "deadline" when time.monotonic() has reached the
+    deadline. Both loops, `run` and `run_autoregressive`, ask it between steps."""
+    if cancel is not None and cancel():
+        return "cancelled"
+    if deadline is not None and time.monotonic() >= deadline:
+        return "deadline"
+    return None
+
+
 def initial_canvas(
     denoiser: Denoiser,
     batch: int,
@@ -400,11 +435,8 @@ def run(
     steps = 0
     for step in range(cfg.max_steps):
         # 1. cancel and deadline, checked between steps
-        if cancel is not None and cancel():
-            reason = "cancelled"
-            break
-        if deadline is not None and time.monotonic() >= deadline:
-            reason = "deadline"
+        if (stop := stop_requested(cancel, deadline)) is not None:
+            reason = stop
             break
         # 2. forward pass of the canvas only
         logits = denoiser.denoise(state, canvas, regime.self_cond)
@@ -667,11 +699,8 @@ def run_autoregressive(
         steps += 1  # the first token's logits came with the context's last position
         row_steps[r] += 1
         for i in range(length):
-            if cancel is not None and cancel():
-                reason = "cancelled"
-                break
-            if deadline is not None and time.monotonic() >= deadline:
-                reason = "deadline"
+            if (stop := stop_requested(cancel, deadline)) is not None:
+                reason = stop
                 break
             proc = np.where(barred, -1.0e30, logits / (temp * float(temps[r])))
             if i < cfg.min_tokens:

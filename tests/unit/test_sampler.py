@@ -12,7 +12,15 @@ import pytest
 
 from engine.denoisers.base import DenoiserInfo, EncodedContext
 from engine.denoisers.onnx import NumpyRandomSource
-from engine.sampler import SamplerConfig, StepView, initial_canvas, run, select_positions
+from engine.sampler import (
+    SamplerConfig,
+    StepView,
+    initial_canvas,
+    run,
+    run_autoregressive,
+    select_positions,
+    stop_requested,
+)
 
 V = 16
 PAD, EOF, MASK = 0, 1, 15
@@ -397,3 +405,77 @@ def test_scores_at_the_open_positions_match_the_whole_canvas(lib: str) -> None:
     assert (np.asarray(got.ent)[~live_np] == 0).all()
     assert (np.asarray(got.pad_lp)[~live_np] < -1e29).all()
     assert not (np.asarray(got.argmax)[live_np] == 4).any()  # suppressed
+
+
+def _cancelled_after(n: int) -> Any:
+    """A cancel callback that says yes from its (n + 1)-th call on."""
+    calls = {"n": 0}
+
+    def cancel() -> bool:
+        calls["n"] += 1
+        return calls["n"] > n
+
+    return cancel
+
+
+@pytest.mark.parametrize(
+    ("cancel", "deadline_s", "want"),
+    [
+        (None, None, None),
+        (lambda: False, None, None),
+        (lambda: True, None, "cancelled"),
+        (None, -1.0, "deadline"),
+        (None, 3600.0, None),
+        (lambda: False, -1.0, "deadline"),
+        (lambda: True, -1.0, "cancelled"),  # the cancel flag is asked first
+    ],
+)
+def test_stop_requested_says_why_a_loop_stops(cancel: Any, deadline_s: float | None, want: str | None) -> None:
+    deadline = None if deadline_s is None else time.monotonic() + deadline_s
+    assert stop_requested(cancel, deadline) == want
+
+
+class FakeAutoregressive:
+    """One token at a time: the logits after n decoded tokens peak on target[n]."""
+
+    def __init__(self, target: list[int]) -> None:
+        self.info = DenoiserInfo(
+            vocab_size=V,
+            regime="absorbing",
+            eof_id=EOF,
+            pad_id=PAD,
+            mask_id=MASK,
+            max_positions=512,
+            autoregressive=True,
+        )
+        self.target = target
+        self.context = 2  # tokens in the encoded context
+
+    def _logits(self, decoded: int) -> np.ndarray:
+        out = np.zeros(V, dtype=np.float32)
+        out[self.target[decoded]] = 5.0
+        return out
+
+    def next_logits(self, state: EncodedContext) -> np.ndarray:
+        return self._logits(len(state.token_ids) - self.context)
+
+    def extend(self, state: EncodedContext, ids: list[int]) -> tuple[EncodedContext, np.ndarray]:
+        st = EncodedContext(token_ids=(*state.token_ids, *ids), payload=None)
+        return st, self._logits(len(st.token_ids) - self.context)[None]
+
+    def as_array(self, values: Any) -> Any:
+        return np.asarray(values)
+
+
+def test_the_autoregressive_loop_stops_on_cancel_and_deadline() -> None:
+    den = FakeAutoregressive(TARGET)
+    st = EncodedContext(token_ids=(2, 3), payload=None)
+    cfg = SamplerConfig(strategy="autoregressive")
+    whole = run_autoregressive(den, st, 8, cfg, NumpyRandomSource(0))
+    assert whole.stop_reason == "complete" and whole.tokens[0].tolist() == [5, 6, 7, 8, 9, 10, EOF, PAD]
+
+    cut = run_autoregressive(den, st, 8, cfg, NumpyRandomSource(0), cancel=_cancelled_after(2))
+    assert cut.stop_reason == "cancelled" and cut.tokens[0].tolist() == [5, 6] + [PAD] * 6
+
+    late = run_autoregressive(den, st, 8, cfg, NumpyRandomSource(0), deadline=time.monotonic() - 1)
+    assert late.stop_reason == "deadline" and late.tokens[0].tolist() == [PAD] * 8
