@@ -454,7 +454,8 @@ def run_onnx(report: Report, budget: Budget, cuda: bool, repeats: int) -> dict[s
     """The shipped model: warm fill p50 on the CPU and (when present) onnxruntime's CUDA provider."""
     import onnxruntime as ort
 
-    from engine.infill import InfillEngine, InfillRequest
+    from engine.fill import FillOptions, InfillRequest
+    from engine.infill import local_engine
     from engine.modeldir import load_model
 
     source = (REPO / "fixtures" / "code" / "inventory.py").read_text()
@@ -464,14 +465,13 @@ def run_onnx(report: Report, budget: Budget, cuda: bool, repeats: int) -> dict[s
     out: dict[str, Any] = {"providers": ort.get_available_providers(), "cases": len(cuts)}
 
     def measure(device: str) -> tuple[dict[str, Any], list[str]]:
-        engine = InfillEngine(load_model(device=device))
+        engine = local_engine(load_model(device=device), FillOptions(seed=0))
         texts: list[str] = []
         warm: list[float] = []
         for cut in cuts:
-            req = dict(suffix=source[cut:], seed=0, check_syntax=False)
-            engine.fill(InfillRequest(prefix=source[:cut], **req))  # type: ignore[arg-type]
+            engine.fill(InfillRequest(prefix=source[:cut], suffix=source[cut:], check_syntax=False))
             t0 = time.perf_counter()
-            r = engine.fill(InfillRequest(prefix=source[: cut + 1], **req))  # type: ignore[arg-type]
+            r = engine.fill(InfillRequest(prefix=source[: cut + 1], suffix=source[cut:], check_syntax=False))
             warm.append((time.perf_counter() - t0) * 1000)
             texts.append(r.text)
         return {"warm_p50_ms": round(statistics.median(warm), 2), "n": len(warm)}, texts

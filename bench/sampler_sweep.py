@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from engine.evaluation.heldout import evaluate_dir
-from engine.infill import InfillEngine
+from engine.infill import LocalGenerator, local_engine
 from engine.modeldir import DEFAULT_MODEL_DIR, load_model
 from engine.sampler import SamplerConfig
 
@@ -47,9 +47,11 @@ def main() -> int:
     p.add_argument("--data", type=Path, default=Path(sysconfig.get_paths()["stdlib"]) / "email")
     args = p.parse_args()
     data = args.data
-    engine = InfillEngine(load_model(args.model))
+    engine = local_engine(load_model(args.model))
+    gen = engine.generator
+    assert isinstance(gen, LocalGenerator)
     if args.context_tokens:
-        engine.defaults = {**engine.defaults, "context_tokens": args.context_tokens}
+        gen.defaults = {**gen.defaults, "context_tokens": args.context_tokens}
     out: dict[str, object] = {"model": str(args.model), "data": str(data), "drafter": args.drafter}
     for name, changes in SETTINGS.items():
         if args.only and name not in args.only:

@@ -647,7 +647,8 @@ def step_fill(
     if budget.left() < 10:
         e.update(status="skipped", reason=f"budget: {budget.left():.0f} s left")
         return
-    from engine.infill import InfillEngine, InfillRequest
+    from engine.fill import InfillRequest
+    from engine.infill import local_engine
     from engine.modeldir import load_model
     from engine.training.tasks import cut_example
 
@@ -661,7 +662,7 @@ def step_fill(
     e["joined_sha256_ok"] = True
     device = cfg.device if cfg.device.startswith("cuda") and torch.cuda.is_available() else "cpu"
     loaded = load_model(joined, backend="torch", device=device)
-    engine = InfillEngine(loaded)
+    engine = local_engine(loaded)
     texts = st["held"] or st["train_texts"]
     e["from"] = "held-out" if st["held"] else "train (no held-out files)"
     rng = random.Random(7)

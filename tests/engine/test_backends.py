@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine.infill import InfillEngine, InfillRequest
+from engine.fill import FillOptions, InfillRequest
+from engine.infill import local_engine
 from engine.modeldir import load_model
 
 PREFIX = "def total(self) -> float:\n    return self.price"
@@ -36,10 +37,10 @@ def test_onnx_and_torch_give_the_same_logits(both) -> None:  # type: ignore[no-u
 def test_onnx_and_torch_give_the_same_fills(both) -> None:  # type: ignore[no-untyped-def]
     fills = []
     for m in both:
-        engine = InfillEngine(m)
+        engine = local_engine(m, FillOptions(canvas_tokens=12))
         out = []
         for cut in (10, 25, len(PREFIX)):
-            r = engine.fill(InfillRequest(prefix=PREFIX[:cut], suffix=SUFFIX, canvas_tokens=12))
+            r = engine.fill(InfillRequest(prefix=PREFIX[:cut], suffix=SUFFIX))
             out.append((r.candidates[0].token_ids, r.steps))
         fills.append(out)
     assert fills[0] == fills[1]

@@ -69,9 +69,10 @@ def test_tiny_run(tmp_path: Path) -> None:
     target = model / "model.safetensors"
     assert hashlib.sha256(target.read_bytes()).hexdigest() == weights["sha256"]
 
-    from engine.infill import InfillEngine, InfillRequest
+    from engine.fill import InfillRequest
+    from engine.infill import local_engine
     from engine.modeldir import load_model
 
     loaded = load_model(model, backend="torch")
-    r = InfillEngine(loaded).fill(InfillRequest(prefix="def f(x):\n    return ", suffix="\n"))
+    r = local_engine(loaded).fill(InfillRequest(prefix="def f(x):\n    return ", suffix="\n"))
     assert isinstance(r.text, str) and r.steps >= 1

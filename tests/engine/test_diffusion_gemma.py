@@ -495,24 +495,24 @@ def _checkpoint_dir(model: Any, root: Path) -> Path:
 
 
 def test_infill_runs_end_to_end_on_a_checkpoint_directory(model: Any, tmp_path: Path) -> None:
-    from engine.infill import InfillEngine, InfillRequest
+    from engine.fill import FillOptions, InfillRequest
+    from engine.infill import LocalGenerator, local_engine
     from engine.modeldir import load_model
 
     root = _checkpoint_dir(model, tmp_path / "dg")
     loaded = load_model(root)
     assert loaded.backend == "diffusion_gemma"
     assert loaded.tokenizer.special.eof == 1 and loaded.tokenizer.special.pad == 0
-    engine = InfillEngine(loaded)
-    cfg = engine.default_sampler()
+    engine = local_engine(loaded, FillOptions(canvas_tokens=CANVAS))
+    assert isinstance(engine.generator, LocalGenerator)
+    cfg = engine.generator.default_sampler()
     assert (cfg.max_steps, cfg.entropy_bound, cfg.t_max, cfg.t_min, cfg.greedy) == (48, 0.1, 0.8, 0.4, False)
-    r = engine.fill(
-        InfillRequest(prefix="def f(x):\n    return ", suffix="\n", canvas_tokens=CANVAS, candidates=2, seed=1)
-    )
+    r = engine.configured(seed=1).fill(InfillRequest(prefix="def f(x):\n    return ", suffix="\n", candidates=2))
     assert 1 <= r.steps <= 48
     assert r.stop_reason in ("stable", "max_steps")
     assert len(r.candidates) >= 1 and all(len(c.token_ids) <= CANVAS for c in r.candidates)
     # a second keystroke reuses the cached encoder state
-    r2 = engine.fill(InfillRequest(prefix="def f(x):\n    return x", suffix="\n", canvas_tokens=CANVAS))
+    r2 = engine.fill(InfillRequest(prefix="def f(x):\n    return x", suffix="\n"))
     assert r2.reused_tokens > 0
     with pytest.raises(ModelLoadError, match="use backend diffusion_gemma"):
         load_model(root, backend="onnx")

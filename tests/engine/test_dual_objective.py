@@ -277,22 +277,24 @@ def test_min_tokens_bars_an_early_end_in_the_autoregressive_mode() -> None:
 
 
 def test_infill_in_the_autoregressive_mode(both) -> None:  # type: ignore[no-untyped-def]
-    from engine.infill import InfillEngine, InfillRequest
+    from engine.fill import FillOptions, InfillRequest
+    from engine.infill import local_engine
 
     onnx_m, _ = both
-    engine = InfillEngine(onnx_m)
     cfg = SamplerConfig(strategy="autoregressive", max_steps=8)
-    r = engine.fill(InfillRequest(prefix="def f(x):\n    return x", suffix="\n", canvas_tokens=8, sampler=cfg))
+    engine = local_engine(onnx_m, FillOptions(canvas_tokens=8, sampler=cfg))
+    r = engine.fill(InfillRequest(prefix="def f(x):\n    return x", suffix="\n"))
     first = r.candidates[0]
     ended = len(first.token_ids) < 8
     assert r.steps == len(first.token_ids) + int(ended)  # one position per token, end-of-fill included
 
 
 def test_alternatives_are_ranked_by_likelihood(both) -> None:  # type: ignore[no-untyped-def]
-    from engine.infill import InfillEngine, InfillRequest
+    from engine.fill import FillOptions, InfillRequest
+    from engine.infill import local_engine
 
-    engine = InfillEngine(both[0])
-    many = engine.fill(InfillRequest(prefix="def f(x):\n    return x", suffix="\n", canvas_tokens=8, candidates=8))
+    engine = local_engine(both[0], FillOptions(canvas_tokens=8))
+    many = engine.fill(InfillRequest(prefix="def f(x):\n    return x", suffix="\n", candidates=8))
     alternatives = many.candidates[1:]
     assert len(alternatives) >= 3  # sampled from a random model: distinct
     scores = [k.logprob for k in alternatives]
@@ -306,7 +308,8 @@ def test_a_model_trained_without_the_next_token_loss_has_no_autoregressive_mode(
     import json
     import shutil
 
-    from engine.infill import InfillEngine, InfillRequest
+    from engine.fill import FillOptions, InfillRequest
+    from engine.infill import local_engine
 
     plain = tmp_path / "plain"
     shutil.copytree(tiny_model_dir, plain)
@@ -316,9 +319,8 @@ def test_a_model_trained_without_the_next_token_loss_has_no_autoregressive_mode(
     for backend in ("onnx", "torch"):
         m = load_model(plain, backend=backend)
         assert not m.denoiser.info.autoregressive
-        r = InfillEngine(m).fill(
-            InfillRequest(prefix="x = ", suffix="\n", canvas_tokens=6, sampler=SamplerConfig(strategy="autoregressive"))
-        )
+        options = FillOptions(canvas_tokens=6, sampler=SamplerConfig(strategy="autoregressive"))
+        r = local_engine(m, options).fill(InfillRequest(prefix="x = ", suffix="\n"))
         assert any("no autoregressive mode" in w for w in r.warnings)  # left to right on the canvas instead
         assert all(k.logprob is None for k in r.candidates)
 
@@ -346,7 +348,7 @@ def test_a_row_ends_after_a_stop_token_in_the_autoregressive_mode() -> None:
 
 def test_one_line_spans_stop_the_autoregressive_mode_at_a_line_break(both, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import engine.infill as infill
-    from engine.infill import InfillEngine, InfillRequest
+    from engine.fill import FillOptions, InfillRequest
 
     seen: list[frozenset[int]] = []
     real = infill.run_autoregressive
@@ -356,10 +358,10 @@ def test_one_line_spans_stop_the_autoregressive_mode_at_a_line_break(both, monke
         return real(*args, **kw)
 
     monkeypatch.setattr(infill, "run_autoregressive", spy)
-    engine = InfillEngine(both[0])
     cfg = SamplerConfig(strategy="autoregressive", max_steps=8)
-    engine.fill(InfillRequest(prefix="x = compute(", suffix=")\nprint(x)\n", language="python", sampler=cfg))
-    engine.fill(InfillRequest(prefix="def f(x):\n    ", suffix="\n\nprint(f(1))\n", language="python", sampler=cfg))
+    engine = infill.local_engine(both[0], FillOptions(sampler=cfg))
+    engine.fill(InfillRequest(prefix="x = compute(", suffix=")\nprint(x)\n", language="python"))
+    engine.fill(InfillRequest(prefix="def f(x):\n    ", suffix="\n\nprint(f(1))\n", language="python"))
     line, body = seen
     tok = both[0].tokenizer
     assert line and all("\n" in tok.decode([i]) for i in line)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.candidate import Shown
-from engine.infill import FillControl, InfillEngine, InfillRequest, trim_prefix, trim_suffix
+from engine.fill import Engine, FillControl, FillOptions, InfillRequest
+from engine.infill import LocalGenerator, local_engine, trim_prefix, trim_suffix
 from engine.modeldir import load_model
 
 from ..conftest import FIXTURE_CODE
@@ -18,41 +21,49 @@ SOURCE = (FIXTURE_CODE / "inventory.py").read_text() * 6
 
 
 @pytest.fixture()
-def engine(tiny_model_dir: Path) -> InfillEngine:
-    return InfillEngine(load_model(tiny_model_dir))
+def engine(tiny_model_dir: Path) -> Engine:
+    return local_engine(load_model(tiny_model_dir))
 
 
-def test_context_is_suffix_prefix_middle_and_keeps_nearest_code(engine: InfillEngine) -> None:
+def local(engine: Engine) -> LocalGenerator:
+    """The engine's local generator (its tokenizer, denoiser, defaults and context)."""
+    assert isinstance(engine.generator, LocalGenerator)
+    return engine.generator
+
+
+def test_context_is_suffix_prefix_middle_and_keeps_nearest_code(engine: Engine) -> None:
     cut = len(SOURCE) // 2
-    req = InfillRequest(prefix=SOURCE[:cut], suffix=SOURCE[cut:], context_tokens=200)
-    ctx, pre, suf = engine.build_context(req, [], 16)
-    sp = engine.tok.special
+    req = InfillRequest(prefix=SOURCE[:cut], suffix=SOURCE[cut:])
+    gen = local(engine)
+    ctx, pre, suf = gen.build_context(FillOptions(context_tokens=200), req, [], 16)
+    sp = gen.tok.special
     assert ctx[0] == sp.suffix and ctx[-1] == sp.middle
     assert ctx[len(suf) + 1] == sp.prefix
     assert len(ctx) <= 200
     # the suffix takes at most a quarter, unless the prefix's line-aligned cut left room
     assert len(suf) <= 200 * 0.25 or len(pre) < 200 * 0.75 - 3
     # nearest code kept: the prefix tokens decode to the end of the prefix, the suffix to its start
-    assert SOURCE[:cut].endswith(engine.tok.decode(pre))
-    assert SOURCE[cut:].startswith(engine.tok.decode(suf))
+    assert SOURCE[:cut].endswith(gen.tok.decode(pre))
+    assert SOURCE[cut:].startswith(gen.tok.decode(suf))
 
 
-def test_trims_snap_to_lines_so_typing_keeps_the_cut(engine: InfillEngine) -> None:
-    enc = engine.tok.encode
+def test_trims_snap_to_lines_so_typing_keeps_the_cut(engine: Engine) -> None:
+    tok = local(engine).tok
+    enc = tok.encode
     a = trim_prefix(enc, SOURCE, 150)
     b = trim_prefix(enc, SOURCE + "x", 150)
     assert b[: len(a) - 1] == a[:-1]  # the same start: typing appended
-    kept = engine.tok.decode(a)
+    kept = tok.decode(a)
     assert SOURCE.endswith(kept) and len(a) <= 150
     dropped = SOURCE[: len(SOURCE) - len(kept)]
     assert dropped.endswith("\n")  # the cut is at a line start ...
     assert dropped.count("\n") % 16 == 0  # ... of a line numbered in steps of 16
     s = trim_suffix(enc, SOURCE, 60)
-    assert len(s) <= 60 and SOURCE.startswith(engine.tok.decode(s))
-    assert engine.tok.decode(s).endswith("\n")  # whole lines
+    assert len(s) <= 60 and SOURCE.startswith(tok.decode(s))
+    assert tok.decode(s).endswith("\n")  # whole lines
 
 
-def test_a_keystroke_reuses_the_cached_context(engine: InfillEngine) -> None:
+def test_a_keystroke_reuses_the_cached_context(engine: Engine) -> None:
     cut = SOURCE.index("return sum") + len("return ")
     first = engine.fill(InfillRequest(prefix=SOURCE[:cut], suffix=SOURCE[cut:]))
     second = engine.fill(InfillRequest(prefix=SOURCE[:cut] + "s", suffix=SOURCE[cut:]))
@@ -60,12 +71,12 @@ def test_a_keystroke_reuses_the_cached_context(engine: InfillEngine) -> None:
     assert second.reused_tokens >= second.context_tokens - 4
 
 
-def test_warm_start_continues_the_previous_fill(engine: InfillEngine) -> None:
+def test_warm_start_continues_the_previous_fill(engine: Engine) -> None:
     prefix, suffix = "def f(items):\n    return ", "\n"
     shown = Shown(prefix=prefix, suffix=suffix, text="sum(items)")
     r = engine.fill(InfillRequest(prefix=prefix + "su", suffix=suffix, previous=shown))
     assert r.warm_start
-    assert r.drafted == len(engine.tok.encode("m(items)"))
+    assert r.drafted == len(local(engine).tok.encode("m(items)"))
     # typing that diverges from the previous fill is no warm start, nor is another place
     assert not engine.fill(InfillRequest(prefix=prefix + "len", suffix=suffix, previous=shown)).warm_start
     assert not engine.fill(InfillRequest(prefix=prefix + "su", suffix="\n\n", previous=shown)).warm_start
@@ -73,28 +84,27 @@ def test_warm_start_continues_the_previous_fill(engine: InfillEngine) -> None:
     assert not engine.fill(InfillRequest(prefix=prefix + "su", suffix=suffix)).warm_start
 
 
-def test_cancel_and_deadline_give_an_empty_answer_not_an_error(engine: InfillEngine) -> None:
-    r = engine.fill(InfillRequest(prefix="x = ", control=FillControl(cancel=lambda: True)))
+def test_cancel_and_deadline_give_an_empty_answer_not_an_error(engine: Engine) -> None:
+    r = engine.fill(InfillRequest(prefix="x = "), FillControl(cancel=lambda: True))
     assert r.stop_reason == "cancelled" and r.steps == 0 and r.text == ""
-    r = engine.fill(InfillRequest(prefix="x = ", control=FillControl(deadline=0.0)))
+    r = engine.fill(InfillRequest(prefix="x = "), FillControl(deadline=0.0))
     assert r.stop_reason == "deadline" and r.text == ""
 
 
-def test_candidates_are_batched_distinct_and_led_by_the_greedy_fill(engine: InfillEngine) -> None:
-    req = dict(prefix="def area(w, h):\n    return ", suffix="\n", use_drafter=False)
-    one = engine.fill(InfillRequest(**req))  # type: ignore[arg-type]
-    many = engine.fill(InfillRequest(candidates=4, **req))  # type: ignore[arg-type]
+def test_candidates_are_batched_distinct_and_led_by_the_greedy_fill(engine: Engine) -> None:
+    engine = engine.configured(use_drafter=False)
+    req = InfillRequest(prefix="def area(w, h):\n    return ", suffix="\n")
+    one = engine.fill(req)
+    many = engine.fill(replace(req, candidates=4))
     texts = [c.text for c in many.candidates]
     assert 1 <= len(texts) <= 4 and len(set(texts)) == len(texts)
     assert texts[0] == one.text
     assert all(0.0 <= x <= 1.0 for c in many.candidates for x in c.confidence)
 
 
-def test_drafts_are_reported_step_by_step(engine: InfillEngine) -> None:
+def test_drafts_are_reported_step_by_step(engine: Engine) -> None:
     seen: list[tuple[int, list[str]]] = []
-    r = engine.fill(
-        InfillRequest(prefix="x = ", control=FillControl(on_draft=lambda step, texts: seen.append((step, texts))))
-    )
+    r = engine.fill(InfillRequest(prefix="x = "), FillControl(on_draft=lambda step, texts: seen.append((step, texts))))
     assert [s for s, _ in seen] == list(range(r.steps))
     assert all(len(t) == 1 for _, t in seen)
 
@@ -104,8 +114,8 @@ def test_drafts_are_reported_step_by_step(engine: InfillEngine) -> None:
     budget=st.integers(min_value=1, max_value=80),
 )
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-def test_trims_stay_within_budget_and_keep_the_nearest_text(engine: InfillEngine, text: str, budget: int) -> None:
-    enc, dec = engine.tok.encode, engine.tok.decode
+def test_trims_stay_within_budget_and_keep_the_nearest_text(engine: Engine, text: str, budget: int) -> None:
+    enc, dec = local(engine).tok.encode, local(engine).tok.decode
     pre = trim_prefix(enc, text, budget)
     suf = trim_suffix(enc, text, budget)
     assert len(pre) <= budget and len(suf) <= budget
@@ -115,35 +125,36 @@ def test_trims_stay_within_budget_and_keep_the_nearest_text(engine: InfillEngine
 
 
 @pytest.fixture(scope="module")
-def shipped() -> InfillEngine:
+def shipped() -> Engine:
     """The shipped model: unlike the random tiny one, its predictions are peaked."""
-    return InfillEngine(load_model())
+    return local_engine(load_model())
 
 
 CURSORS = [SOURCE.index(s) + len(s) for s in ("return sum(", "def names(self) -> ", "if quantity > ", "inventory.add(")]
 
 
 @pytest.mark.parametrize("cut", CURSORS)
-def test_the_first_of_several_candidates_is_the_single_fill(shipped: InfillEngine, cut: int) -> None:
-    req = dict(prefix=SOURCE[:cut], suffix=SOURCE[cut:])
-    one = shipped.fill(InfillRequest(**req))  # type: ignore[arg-type]
-    many = shipped.fill(InfillRequest(candidates=4, **req))  # type: ignore[arg-type]
+def test_the_first_of_several_candidates_is_the_single_fill(shipped: Engine, cut: int) -> None:
+    req = InfillRequest(prefix=SOURCE[:cut], suffix=SOURCE[cut:])
+    one = shipped.fill(req)
+    many = shipped.fill(replace(req, candidates=4))
     assert many.candidates[0].token_ids == one.candidates[0].token_ids
     assert many.candidates[0].confidence == pytest.approx(one.candidates[0].confidence, abs=1e-5)
 
 
 @pytest.mark.parametrize("cut", CURSORS)
-def test_fills_stop_at_the_end_and_carry_a_confidence_per_token(shipped: InfillEngine, cut: int) -> None:
+def test_fills_stop_at_the_end_and_carry_a_confidence_per_token(shipped: Engine, cut: int) -> None:
     r = shipped.fill(InfillRequest(prefix=SOURCE[:cut], suffix=SOURCE[cut:], candidates=3))
-    sp = shipped.tok.special
+    tok = local(shipped).tok
+    sp = tok.special
     for c in r.candidates:
         assert not {sp.eof, sp.pad, sp.mask} & set(c.token_ids)
         assert len(c.confidence) == len(c.token_ids)
-        assert shipped.tok.decode(c.token_ids) == c.text
+        assert tok.decode(c.token_ids) == c.text
     assert all(c.text.strip() for c in r.candidates[1:])  # empty alternatives are dropped
 
 
-def test_typing_the_start_of_the_fill_starts_warm(shipped: InfillEngine) -> None:
+def test_typing_the_start_of_the_fill_starts_warm(shipped: Engine) -> None:
     for cut in CURSORS:  # a cursor where the shipped model proposes something
         shipped.reset()
         first = shipped.fill(InfillRequest(prefix=SOURCE[:cut], suffix=SOURCE[cut:]))
@@ -157,19 +168,21 @@ def test_typing_the_start_of_the_fill_starts_warm(shipped: InfillEngine) -> None
     assert again.reused_tokens >= again.context_tokens - 4
 
 
-def test_a_short_prefix_leaves_its_budget_to_the_suffix(engine: InfillEngine) -> None:
-    req = InfillRequest(prefix="import os\n", suffix=SOURCE, context_tokens=200)
-    ctx, pre, suf = engine.build_context(req, [], 16)
+def test_a_short_prefix_leaves_its_budget_to_the_suffix(engine: Engine) -> None:
+    req = InfillRequest(prefix="import os\n", suffix=SOURCE)
+    gen = local(engine)
+    ctx, pre, suf = gen.build_context(FillOptions(context_tokens=200), req, [], 16)
     assert len(suf) > 200 * 0.25  # more than the suffix's usual share
     assert len(ctx) <= 200
-    assert SOURCE.startswith(engine.tok.decode(suf))
+    assert SOURCE.startswith(gen.tok.decode(suf))
 
 
-def test_typing_keeps_the_context_an_append(engine: InfillEngine) -> None:
+def test_typing_keeps_the_context_an_append(engine: Engine) -> None:
     """Keystroke after keystroke, the context keeps its tokens but the last few, so the
     cache reuses nearly all of it (trims move only in steps of whole line groups)."""
     text = SOURCE * 5
     lines = text.split("\n")
+    gen = local(engine)
     breaks = 0
     keystrokes = 0
     for line_no in range(3, len(lines), 97):  # cursors at line ends, top to bottom
@@ -177,7 +190,7 @@ def test_typing_keeps_the_context_an_append(engine: InfillEngine) -> None:
         before, after = text[:cut], text[cut:]
         previous: list[int] | None = None
         for typed in (" = compute(x)"[: n + 1] for n in range(13)):
-            ctx, _, _ = engine.build_context(InfillRequest(prefix=before + typed, suffix=after), [], 16)
+            ctx, _, _ = gen.build_context(engine.options, InfillRequest(prefix=before + typed, suffix=after), [], 16)
             if previous is not None:
                 shared = next(
                     (i for i, (a, b) in enumerate(zip(previous, ctx, strict=False)) if a != b),
@@ -190,13 +203,15 @@ def test_typing_keeps_the_context_an_append(engine: InfillEngine) -> None:
     assert breaks <= keystrokes // 20, (breaks, keystrokes)
 
 
-def test_a_context_budget_of_zero_is_raised_with_a_warning(engine: InfillEngine) -> None:
+def test_a_context_budget_of_zero_is_raised_with_a_warning(engine: Engine) -> None:
     warnings: list[str] = []
-    ctx, _, _ = engine.build_context(InfillRequest(prefix=SOURCE, suffix=SOURCE, context_tokens=0), warnings, 16)
+    ctx, _, _ = local(engine).build_context(
+        FillOptions(context_tokens=0), InfillRequest(prefix=SOURCE, suffix=SOURCE), warnings, 16
+    )
     assert len(ctx) <= 16 and any("context budget 0 is below 16" in w for w in warnings)
 
 
-def test_refine_keeps_the_tokens_the_model_finds_likely(shipped: InfillEngine) -> None:
+def test_refine_keeps_the_tokens_the_model_finds_likely(shipped: Engine) -> None:
     import numpy as np
 
     from engine.infill import REFINE_KEEP
@@ -206,16 +221,17 @@ def test_refine_keeps_the_tokens_the_model_finds_likely(shipped: InfillEngine) -
     b = SOURCE.index("\n", a)
     prefix, middle, suffix = SOURCE[:a], SOURCE[a:b], SOURCE[b:]
     shipped.reset()
-    result = shipped.fill(InfillRequest(prefix=prefix, suffix=suffix, refine=middle))
+    result = shipped.fill(InfillRequest(prefix=prefix, suffix=suffix, region=middle, refine=True))
     # score the middle independently, as the engine does
-    ctx, _, _ = shipped.build_context(InfillRequest(prefix=prefix, suffix=suffix), [], 32)
-    state = shipped.den.encode(ctx)
-    ids = shipped.tok.encode(middle)
-    sp = shipped.tok.special
+    gen = local(shipped)
+    ctx, _, _ = gen.build_context(shipped.options, InfillRequest(prefix=prefix, suffix=suffix), [], 32)
+    state = gen.den.encode(ctx)
+    ids = gen.tok.encode(middle)
+    sp = gen.tok.special
     visible = np.full((1, 32), sp.pad)
     visible[0, : len(ids)] = ids
     visible[0, len(ids)] = sp.eof
-    probs = np.exp(log_softmax(shipped.den.denoise(state, visible))[0, np.arange(len(ids)), ids])
+    probs = np.exp(log_softmax(gen.den.denoise(state, visible))[0, np.arange(len(ids)), ids])
     kept = [i for i, p in enumerate(probs) if p >= REFINE_KEEP]
     assert 0 < len(kept) < len(ids)  # some kept, some re-filled: the test means something
     tokens = result.candidates[0].token_ids if result.candidates else []
@@ -236,7 +252,7 @@ BODY_PREFIX = "def total(items):\n    count = 0\n    "
 BODY_SUFFIX = "\n    return count\n"
 
 
-def test_the_span_sizes_the_canvas_before_sampling(engine: InfillEngine) -> None:
+def test_the_span_sizes_the_canvas_before_sampling(engine: Engine) -> None:
     block = engine.fill(InfillRequest(prefix=BODY_PREFIX, suffix=BODY_SUFFIX, language="python"))
     line = engine.fill(InfillRequest(prefix="def f(x):\n    return x +", suffix=" 1\n", language="python"))
     plain = engine.fill(InfillRequest(prefix=BODY_PREFIX, suffix=BODY_SUFFIX))  # no language: the model's
@@ -245,62 +261,63 @@ def test_the_span_sizes_the_canvas_before_sampling(engine: InfillEngine) -> None
     assert (plain.span, plain.canvas_tokens) == (None, 16)
 
 
-def test_the_users_cap_bounds_the_span_and_an_explicit_length_wins(engine: InfillEngine) -> None:
-    capped = engine.fill(InfillRequest(prefix=BODY_PREFIX, suffix=BODY_SUFFIX, language="python", max_canvas_tokens=40))
-    given = engine.fill(InfillRequest(prefix=BODY_PREFIX, suffix=BODY_SUFFIX, language="python", canvas_tokens=24))
-    small = engine.fill(InfillRequest(prefix="x = ", suffix="\n", language="python", max_canvas_tokens=64))
+def test_the_users_cap_bounds_the_span_and_an_explicit_length_wins(engine: Engine) -> None:
+    body = InfillRequest(prefix=BODY_PREFIX, suffix=BODY_SUFFIX, language="python")
+    capped = engine.configured(max_canvas_tokens=40).fill(body)
+    given = engine.configured(canvas_tokens=24).fill(body)
+    small = engine.configured(max_canvas_tokens=64).fill(InfillRequest(prefix="x = ", suffix="\n", language="python"))
     assert capped.canvas_tokens == 40
     assert given.canvas_tokens == 24
     assert small.canvas_tokens == 32  # a cap never raises the span's budget
 
 
-def test_a_region_fill_gets_a_canvas_that_holds_the_text_it_replaces(engine: InfillEngine) -> None:
+def test_a_region_fill_gets_a_canvas_that_holds_the_text_it_replaces(engine: Engine) -> None:
     old = "".join(f"    total = total + values[{i}] * weights[{i}]\n" for i in range(6))
     prefix, suffix = "def f(values, weights):\n    total = 0\n", "    return total\n"
-    r = engine.fill(InfillRequest(prefix=prefix, suffix=suffix, language="python", replaced=old))
-    assert r.canvas_tokens >= len(engine.tok.encode(old)) > 128
-    huge = engine.fill(InfillRequest(prefix=prefix, suffix=suffix, language="python", replaced=old * 4))
+    r = engine.fill(InfillRequest(prefix=prefix, suffix=suffix, language="python", region=old))
+    assert r.canvas_tokens >= len(local(engine).tok.encode(old)) > 128
+    huge = engine.fill(InfillRequest(prefix=prefix, suffix=suffix, language="python", region=old * 4))
     assert huge.canvas_tokens == 256 and not huge.warnings  # as long as a canvas can be, quietly
 
 
-def test_the_span_budget_stays_within_the_canvas_the_model_was_trained_on(engine: InfillEngine) -> None:
-    engine.defaults = {**engine.defaults, "max_canvas_tokens": 48}
+def test_the_span_budget_stays_within_the_canvas_the_model_was_trained_on(engine: Engine) -> None:
+    gen = local(engine)
+    gen.defaults = {**gen.defaults, "max_canvas_tokens": 48}
     block = engine.fill(InfillRequest(prefix=BODY_PREFIX, suffix=BODY_SUFFIX, language="python"))
     assert (block.span, block.canvas_tokens) == ("block", 48)
     old = "".join(f"    total = total + values[{i}]\n" for i in range(6))
     region = engine.fill(
         InfillRequest(
-            prefix="def f(values):\n    total = 0\n", suffix="    return total\n", language="python", replaced=old
+            prefix="def f(values):\n    total = 0\n", suffix="    return total\n", language="python", region=old
         )
     )
     assert region.canvas_tokens > 48  # a rewrite is never cut short to the trained length
 
 
-def test_a_model_may_decode_multi_line_spans_its_own_way(engine: InfillEngine) -> None:
+def test_a_model_may_decode_multi_line_spans_its_own_way(engine: Engine) -> None:
     """`multiline_strategy` in the model's defaults applies to spans of several lines, and
-    only when the request brings no sampler of its own."""
-    from dataclasses import replace
-
+    only when the engine's options bring no sampler of their own."""
+    gen = local(engine)
     # random weights: compare the raw fills, not what survives the syntax check
-    body = InfillRequest(prefix=BODY_PREFIX, suffix=BODY_SUFFIX, language="python", seed=0, check_syntax=False)
-    line = InfillRequest(
-        prefix="def f(x):\n    return x +", suffix=" 1\n", language="python", seed=0, check_syntax=False
-    )
-    ar = replace(engine.default_sampler(), strategy="autoregressive")
-    assert engine.default_sampler().strategy != "autoregressive"
-    engine.defaults = {**engine.defaults, "multiline_strategy": "autoregressive"}
-    assert engine.default_sampler(multiline=True).strategy == "autoregressive"
-    assert engine.default_sampler().strategy != "autoregressive"
+    engine = engine.configured(seed=0)
+    body = InfillRequest(prefix=BODY_PREFIX, suffix=BODY_SUFFIX, language="python", check_syntax=False)
+    line = InfillRequest(prefix="def f(x):\n    return x +", suffix=" 1\n", language="python", check_syntax=False)
+    ar = replace(gen.default_sampler(), strategy="autoregressive")
+    assert gen.default_sampler().strategy != "autoregressive"
+    gen.defaults = {**gen.defaults, "multiline_strategy": "autoregressive"}
+    assert gen.default_sampler(multiline=True).strategy == "autoregressive"
+    assert gen.default_sampler().strategy != "autoregressive"
 
-    def same(a: InfillRequest, b: InfillRequest) -> bool:
-        ra, rb = engine.fill(a), engine.fill(b)
+    def same(req: InfillRequest, **options: Any) -> bool:
+        """The fill of `req` by the engine as it is and by one with these options."""
+        ra, rb = engine.fill(req), engine.configured(**options).fill(req)
         return (ra.steps, ra.candidates[0].token_ids) == (rb.steps, rb.candidates[0].token_ids)
 
-    assert same(body, replace(body, sampler=ar))
-    assert same(line, replace(line, sampler=engine.default_sampler()))
-    assert not same(line, replace(line, sampler=ar))  # the rule is not blind: a line decodes on the canvas
-    explicit = replace(engine.default_sampler(), max_steps=5)
-    assert engine.fill(replace(body, sampler=explicit)).steps <= 5  # a request's own sampler wins
+    assert same(body, sampler=ar)
+    assert same(line, sampler=gen.default_sampler())
+    assert not same(line, sampler=ar)  # the rule is not blind: a line decodes on the canvas
+    explicit = replace(gen.default_sampler(), max_steps=5)
+    assert engine.configured(sampler=explicit).fill(body).steps <= 5  # the options' own sampler wins
     # a model without an autoregressive mode keeps its one strategy
-    engine.den.info = replace(engine.den.info, autoregressive=False)
-    assert engine.default_sampler(multiline=True).strategy != "autoregressive"
+    gen.den.info = replace(gen.den.info, autoregressive=False)
+    assert gen.default_sampler(multiline=True).strategy != "autoregressive"

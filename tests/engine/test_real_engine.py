@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.infill import FillControl, InfillRequest
-from engine.remote import RemoteConfig, RemoteEngine
+from engine.fill import Engine, FillControl, InfillRequest
+from engine.remote import RemoteConfig, RemoteGenerator, remote_engine
 from tests.real_engine import RunningEngine, llama_server, write_gguf
 
 pytest.importorskip("xllamacpp")
@@ -22,8 +22,14 @@ SUFFIX = "\n\n\nprint(total([1, 2]))\n"
 DIALECTS = ("llama-infill", "openai-fim", "vllm")
 
 
-def remote(engine: RunningEngine, dialect: str, **kw: object) -> RemoteEngine:
-    return RemoteEngine(RemoteConfig(endpoint=engine.url, dialect=dialect, **{"timeout_s": 20.0, **kw}))  # type: ignore[arg-type]
+def remote(engine: RunningEngine, dialect: str, **kw: object) -> Engine:
+    return remote_engine(RemoteConfig(endpoint=engine.url, dialect=dialect, **{"timeout_s": 20.0, **kw}))  # type: ignore[arg-type]
+
+
+def wire(eng: Engine) -> RemoteGenerator:
+    """The engine's remote generator (its request count)."""
+    assert isinstance(eng.generator, RemoteGenerator)
+    return eng.generator
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
@@ -34,7 +40,9 @@ def test_each_dialect_fills_from_the_engine_within_the_spans_budget(real_engine:
     assert r.error is None and r.text and set(r.text) <= {"x", "y"}
     # the model never ends a fill: it computed exactly the span's budget (one line: 32)
     assert real_engine.wait_idle()["tokens_predicted_total"] - before == r.canvas_tokens == 32
-    body = eng.fill(InfillRequest(prefix="def f(x):\n    ", suffix="\n", language="python", max_canvas_tokens=50))
+    body = eng.configured(max_canvas_tokens=50).fill(
+        InfillRequest(prefix="def f(x):\n    ", suffix="\n", language="python")
+    )
     assert body.error is None and body.canvas_tokens == 50
     assert real_engine.wait_idle()["tokens_predicted_total"] - before == 32 + 50
 
@@ -56,8 +64,8 @@ def test_drafts_stream_from_the_engine_as_the_fill_forms(real_engine: RunningEng
             prefix=PREFIX,
             suffix=SUFFIX,
             language="python",
-            control=FillControl(on_draft=lambda step, texts: drafts.append(texts[0])),
-        )
+        ),
+        FillControl(on_draft=lambda step, texts: drafts.append(texts[0])),
     )
     assert r.error is None and len(drafts) >= 10
     assert all(b.startswith(a) for a, b in zip(drafts, drafts[1:], strict=False)) and drafts[-1] == r.text
@@ -79,24 +87,24 @@ def test_a_cancelled_fill_stops_the_engine(tmp_path: Path) -> None:
         before = slow.wait_idle()["tokens_predicted_total"]
         cancelled = threading.Event()
         threading.Timer(0.1, cancelled.set).start()
-        r = eng.fill(
-            InfillRequest(prefix="x = ", suffix="\n", canvas_tokens=2000, control=FillControl(cancel=cancelled.is_set))
+        r = eng.configured(canvas_tokens=2000).fill(
+            InfillRequest(prefix="x = ", suffix="\n"), FillControl(cancel=cancelled.is_set)
         )
         assert r.stop_reason == "cancelled" and r.candidates == []
         time.sleep(0.3)
         computed = slow.wait_idle()["tokens_predicted_total"] - before
         assert 0 < computed < 200, computed
         # and the next request is served on a fresh connection
-        again = eng.fill(InfillRequest(prefix="x = ", suffix="\n", canvas_tokens=5))
+        again = eng.configured(canvas_tokens=5).fill(InfillRequest(prefix="x = ", suffix="\n"))
         assert again.error is None and again.text == "xxxxx"
 
 
 def test_an_engine_that_went_away_is_said_so_and_not_hammered(tmp_path: Path) -> None:
     with llama_server(write_gguf(tmp_path / "gone.gguf")) as gone:
-        eng = remote(gone, "llama-infill", timeout_s=2.0)
-        assert eng.fill(InfillRequest(prefix="x = ", suffix="\n", canvas_tokens=3)).text == "xxx"
-    first = eng.fill(InfillRequest(prefix="x = ", suffix="\n", canvas_tokens=3))
+        eng = remote(gone, "llama-infill", timeout_s=2.0).configured(canvas_tokens=3)
+        assert eng.fill(InfillRequest(prefix="x = ", suffix="\n")).text == "xxx"
+    first = eng.fill(InfillRequest(prefix="x = ", suffix="\n"))
     assert first.candidates == [] and first.error is not None and gone.url.split("//")[1] in first.error
-    sent = eng.requests
-    second = eng.fill(InfillRequest(prefix="x = ", suffix="\n", canvas_tokens=3))
-    assert second.error == first.error and eng.requests == sent  # the backoff answers without a request
+    sent = wire(eng).requests
+    second = eng.fill(InfillRequest(prefix="x = ", suffix="\n"))
+    assert second.error == first.error and wire(eng).requests == sent  # the backoff answers without a request

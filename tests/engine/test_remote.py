@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from engine.infill import FillControl, InfillRequest
-from engine.remote import RemoteConfig, RemoteEngine, RemoteError
+from engine import fill
+from engine.fill import FillControl, InfillRequest
+from engine.remote import RemoteConfig, RemoteError, RemoteGenerator, remote_engine
 from tests.fake_engine import Engine, json_reply, serve, sse, vllm
 
 PREFIX = "def total(items):\n    count = 0\n    for item in items:\n        count += item\n    return "
@@ -25,8 +26,14 @@ def engine_server() -> Iterator[Engine]:
         yield state
 
 
-def remote(url: str, **kw: Any) -> RemoteEngine:
-    return RemoteEngine(RemoteConfig(endpoint=url, **{"timeout_s": 2.0, **kw}))
+def remote(url: str, **kw: Any) -> fill.Engine:
+    return remote_engine(RemoteConfig(endpoint=url, **{"timeout_s": 2.0, **kw}))
+
+
+def wire(eng: fill.Engine) -> RemoteGenerator:
+    """The engine's remote generator (its connection, backoff and request count)."""
+    assert isinstance(eng.generator, RemoteGenerator)
+    return eng.generator
 
 
 def testvllm_gets_the_rendered_prompt_and_the_spans_budget(engine_server: Engine) -> None:
@@ -41,7 +48,9 @@ def testvllm_gets_the_rendered_prompt_and_the_spans_budget(engine_server: Engine
     assert sent.body["model"] == "google/diffusiongemma" and sent.body["stop"] == ["\n"]
     body = eng.fill(InfillRequest(prefix="def f(x):\n    ", suffix="\n", language="python"))
     assert body.span == "block" and engine_server.seen[-1].body["max_tokens"] == 128
-    capped = eng.fill(InfillRequest(prefix="def f(x):\n    ", suffix="\n", language="python", max_canvas_tokens=50))
+    capped = eng.configured(max_canvas_tokens=50).fill(
+        InfillRequest(prefix="def f(x):\n    ", suffix="\n", language="python")
+    )
     assert capped.canvas_tokens == engine_server.seen[-1].body["max_tokens"] == 50
 
 
@@ -70,9 +79,9 @@ def test_llama_infill_sends_its_fields_and_reads_content(engine_server: Engine) 
             prefix=PREFIX,
             suffix=SUFFIX,
             language="python",
-            control=FillControl(deadline=time.monotonic() + 5),
             extra_files=[("/work/util.py", "def helper():\n    return 1\n")],
-        )
+        ),
+        FillControl(deadline=time.monotonic() + 5),
     )
     sent = engine_server.seen[-1]
     assert sent.path == "/infill" and r.text == "count"
@@ -90,8 +99,8 @@ def test_a_streamed_fill_sends_drafts_as_it_forms(engine_server: Engine) -> None
             prefix=PREFIX,
             suffix=SUFFIX,
             language="python",
-            control=FillControl(on_draft=lambda s, t: drafts.append((s, t))),
-        )
+        ),
+        FillControl(on_draft=lambda s, t: drafts.append((s, t))),
     )
     assert engine_server.seen[-1].body["stream"] is True
     assert drafts == [(1, ["co"]), (2, ["count"])] and r.text == "count"  # its end changes nothing: no draft
@@ -137,7 +146,7 @@ def test_the_connection_is_kept_alive_between_fills(engine_server: Engine) -> No
         assert eng.fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX)).text == "count"
     drafts: list[Any] = []
     eng.fill(
-        InfillRequest(prefix=PREFIX, suffix=SUFFIX, control=FillControl(on_draft=lambda s, t: drafts.append(t)))
+        InfillRequest(prefix=PREFIX, suffix=SUFFIX), FillControl(on_draft=lambda s, t: drafts.append(t))
     )  # a stream too
     eng.fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX))
     assert len({s.port for s in engine_server.seen}) == 1 and len(engine_server.seen) == 5
@@ -150,9 +159,7 @@ def test_a_cancelled_fill_closes_its_request_at_once(engine_server: Engine) -> N
     threading.Timer(0.2, cancel.set).start()
     t0 = time.monotonic()
     r = remote(engine_server.url).fill(
-        InfillRequest(
-            prefix=PREFIX, suffix=SUFFIX, control=FillControl(cancel=cancel.is_set, on_draft=lambda s, t: None)
-        )
+        InfillRequest(prefix=PREFIX, suffix=SUFFIX), FillControl(cancel=cancel.is_set, on_draft=lambda s, t: None)
     )
     assert r.stop_reason == "cancelled" and not r.candidates and r.error is None
     assert time.monotonic() - t0 < 1.5  # the stream would take 4 s
@@ -166,7 +173,7 @@ def test_the_deadline_ends_a_slow_request(engine_server: Engine) -> None:
     engine_server.reply = lambda h, b: (time.sleep(1.5), json_reply(h, 200, {"choices": [{"text": "late"}]}))
     t0 = time.monotonic()
     r = remote(engine_server.url, timeout_s=5).fill(
-        InfillRequest(prefix=PREFIX, suffix=SUFFIX, control=FillControl(deadline=time.monotonic() + 0.3))
+        InfillRequest(prefix=PREFIX, suffix=SUFFIX), FillControl(deadline=time.monotonic() + 0.3)
     )
     assert r.stop_reason == "deadline" and not r.candidates and time.monotonic() - t0 < 1.2
 
@@ -210,14 +217,12 @@ def test_each_fault_is_a_clear_message_and_an_empty_answer(engine_server: Engine
     stream = fault.startswith("stream")
     eng = remote(engine_server.url, timeout_s=0.5)
     r = eng.fill(
-        InfillRequest(
-            prefix=PREFIX, suffix=SUFFIX, control=FillControl(on_draft=(lambda s, t: None) if stream else None)
-        )
+        InfillRequest(prefix=PREFIX, suffix=SUFFIX), FillControl(on_draft=(lambda s, t: None) if stream else None)
     )
     assert not r.candidates and r.error is not None and message in r.error, r.error
     assert "Traceback" not in r.error
     engine_server.reply = vllm  # and the next request is served (after any backoff)
-    eng._backoff.ok()
+    wire(eng)._backoff.ok()
     assert eng.fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX)).text == "count"
 
 
@@ -228,7 +233,7 @@ def test_an_unreachable_endpoint_is_not_hammered() -> None:
     for _ in range(5):
         again = eng.fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX))
         assert again.error == first.error  # the same message (told once), no new connection
-    assert eng.requests == 1
+    assert wire(eng).requests == 1
 
 
 def test_a_name_that_does_not_resolve_is_said_so() -> None:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from engine.candidate import Candidate
-from engine.infill import InfillEngine, InfillRequest
+from engine.fill import Engine, InfillRequest
+from engine.infill import LocalGenerator, local_engine
 from engine.modeldir import load_model
 from engine.syntax import check_candidates
 
@@ -13,29 +14,35 @@ PREFIX = "def f(items):\n    result = "
 SUFFIX = "\n    return result\n"
 
 
-def cand(engine: InfillEngine, text: str) -> Candidate:
-    ids = engine.tok.encode(text)
+def local(engine: Engine) -> LocalGenerator:
+    assert isinstance(engine.generator, LocalGenerator)
+    return engine.generator
+
+
+def cand(engine: Engine, text: str) -> Candidate:
+    ids = local(engine).tok.encode(text)
     return Candidate(text=text, token_ids=ids, confidence=[0.5] * len(ids))
 
 
 def test_candidates_are_validated_cut_dropped_and_ranked() -> None:
-    engine = InfillEngine(load_model())
+    engine = local_engine(load_model())
+    tok = local(engine).tok
     cands = [cand(engine, t) for t in ("len(items) +", "(((", "sum(items)", "max(items)\n    extra = (")]
-    out = check_candidates(engine.tok, cands, PREFIX, SUFFIX, "python")
+    out = check_candidates(tok, cands, PREFIX, SUFFIX, "python")
     assert [(c.text, c.syntax) for c in out] == [
         ("sum(items)", "ok"),
         ("max(items)", "ok"),  # one line: the span after `=` is single-line, cut at the newline
         ("len(items)", "truncated"),
     ]
     for c in out:  # token ids and confidences follow the cut
-        assert engine.tok.decode(c.token_ids) == c.text and len(c.confidence) == len(c.token_ids)
+        assert tok.decode(c.token_ids) == c.text and len(c.confidence) == len(c.token_ids)
     # no grammar: untouched
-    same = check_candidates(engine.tok, cands, PREFIX, SUFFIX, "cobol")
+    same = check_candidates(tok, cands, PREFIX, SUFFIX, "cobol")
     assert [c.text for c in same] == [c.text for c in cands]
 
 
 def test_infill_with_a_language_returns_only_fills_that_parse() -> None:
-    engine = InfillEngine(load_model())
+    engine = local_engine(load_model())
     src = (FIXTURE_CODE / "inventory.py").read_text()
     kept = 0
     for cut in range(0, len(src), 37):
@@ -47,15 +54,14 @@ def test_infill_with_a_language_returns_only_fills_that_parse() -> None:
 
 def test_python_fills_must_compile_where_the_replaced_text_did() -> None:
     """tree-sitter-python accepts a body indented wrongly; CPython's parser does not."""
-    engine = InfillEngine(load_model())
+    engine = local_engine(load_model())
+    tok = local(engine).tok
     prefix = "class A:\n    def f(self):\n        "
     suffix = "\n\n    def g(self):\n        return 2\n"
     cands = [cand(engine, t) for t in ("return 1\n      x = 2", "return 1")]
-    assert [c.text for c in check_candidates(engine.tok, cands, prefix, suffix, "python", replaced="pass")] == [
-        "return 1"
-    ]
+    assert [c.text for c in check_candidates(tok, cands, prefix, suffix, "python", replaced="pass")] == ["return 1"]
     # where the text did not compile before (the user is mid-edit), tree-sitter's verdict stands
-    both = check_candidates(engine.tok, cands, prefix, suffix + "  )(", "python", replaced="pass")
+    both = check_candidates(tok, cands, prefix, suffix + "  )(", "python", replaced="pass")
     assert len(both) == 2
 
 
