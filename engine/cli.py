@@ -69,36 +69,41 @@ def split_at(text: str, line: int, col: int) -> tuple[str, str]:
 
 
 def sampler_from_args(args: argparse.Namespace, engine: Any) -> SamplerConfig | None:
-    """The sampler the arguments ask for, or None: the model's defaults for each span."""
+    """The whole sampler the arguments ask for, over the model's default for a single
+    line, or None: the model's defaults for each span (what `options_from_args` gives)."""
     changes: dict[str, Any] = {}
     if args.strategy:
         changes["strategy"] = args.strategy
     if args.steps is not None:
         changes["max_steps"] = args.steps
-    return replace(engine.default_sampler(), **changes) if changes else None
+    return replace(engine.generator.default_sampler(), **changes) if changes else None
+
+
+def options_from_args(args: argparse.Namespace) -> Any:
+    """The engine's budgets and sampling from the arguments (None: the model's)."""
+    from engine.fill import FillOptions
+
+    return FillOptions(
+        canvas_tokens=args.canvas_tokens,
+        context_tokens=args.context_tokens,
+        strategy=args.strategy,
+        max_steps=args.steps,
+        seed=args.seed,
+        use_drafter=None if args.drafter is None else args.drafter == "on",
+    )
 
 
 def engine_from_args(args: argparse.Namespace) -> Any:
-    """The infill engine on the model, backend and device the arguments name."""
-    from engine.infill import InfillEngine
+    """The engine on the model, backend and device the arguments name, with their options."""
+    from engine.infill import local_engine
 
-    return InfillEngine(load_model(args.model, backend=args.backend, device=args.device))
+    return local_engine(load_model(args.model, backend=args.backend, device=args.device), options_from_args(args))
 
 
-def _request(args: argparse.Namespace, engine: Any, prefix: str, suffix: str, language: str | None) -> Any:
-    from engine.infill import InfillRequest
+def _request(args: argparse.Namespace, prefix: str, suffix: str, language: str | None) -> Any:
+    from engine.fill import InfillRequest
 
-    return InfillRequest(
-        prefix=prefix,
-        suffix=suffix,
-        language=language,
-        canvas_tokens=args.canvas_tokens,
-        context_tokens=args.context_tokens,
-        candidates=getattr(args, "candidates", 1),
-        seed=args.seed,
-        sampler=sampler_from_args(args, engine),
-        use_drafter=None if args.drafter is None else args.drafter == "on",
-    )
+    return InfillRequest(prefix=prefix, suffix=suffix, language=language, candidates=getattr(args, "candidates", 1))
 
 
 def result_json(result: Any, **extra: Any) -> dict[str, Any]:
@@ -140,7 +145,7 @@ def cmd_fill(args: argparse.Namespace) -> int:
         found = language_for(path=str(args.file))
         language = found.name if found.grammar else None
     engine = engine_from_args(args)
-    result = engine.fill(_request(args, engine, prefix, suffix, language))
+    result = engine.fill(_request(args, prefix, suffix, language))
     if args.json:
         json.dump(result_json(result), sys.stdout)
         sys.stdout.write("\n")
@@ -191,9 +196,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
             item: dict[str, Any] = {}
             try:
                 item = _batch_item(line)
-                result = engine.fill(
-                    _request(args, engine, item["prefix"], item.get("suffix", ""), item.get("language"))
-                )
+                result = engine.fill(_request(args, item["prefix"], item.get("suffix", ""), item.get("language")))
                 out = result_json(result, id=item.get("id", n))
             except Exception as exc:  # one bad request must not lose the rest of the batch
                 failures += 1

@@ -1,8 +1,7 @@
-"""Infill: a request (prefix, suffix, budget) in, ranked candidates with confidences out.
+"""The local generator: raw candidates from a Denoiser (the embedded model through
+onnxruntime or torch, a DiffusionGemma checkpoint), behind the one engine (engine.fill).
 
-The steps of `InfillEngine.fill`:
-  0. with a language, plan the span (engine.syntax.plan_fill): what the fill completes,
-     one line or many, and the canvas length, its budget, before any sampling;
+The steps of `LocalGenerator.generate`, once engine.fill has planned the span and its budget:
   1. tokenize prefix and suffix and trim each to its budget, keeping the code nearest
      the cursor; trims snap to whole lines in steps of TRIM_QUANTUM_LINES so that the
      context stays the same while the user types (cache reuse);
@@ -11,8 +10,8 @@ The steps of `InfillEngine.fill`:
   4. build the canvas: a warm start from the rest of `previous` (the fill shown last
      there) when the user typed its start, else drafter proposals, else empty;
   5. run the sampler over B candidate canvases in one batch;
-  6. cut each candidate at end-of-fill, decode it, rank alternatives by likelihood (or
-     mean confidence), then validate and cut them to the span through tree-sitter.
+  6. cut each candidate at end-of-fill, decode it, and rank alternatives by likelihood
+     (or mean confidence). engine.fill then dedupes, fits and checks them.
 """
 
 from __future__ import annotations
@@ -20,14 +19,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from engine import drafter
 from engine.cache import DEFAULT_MAX_BYTES, ContextCache
-from engine.candidate import Candidate, Shown
+from engine.candidate import Candidate
+from engine.fill import Engine, FillControl, FillLimits, FillOptions, InfillRequest, InfillResult, Job, distinct
 from engine.modeldir import LoadedModel
 from engine.sampler import (
     SamplerConfig,
@@ -40,7 +40,6 @@ from engine.sampler import (
     sequence_logprob,
     to_numpy,
 )
-from engine.syntax import FillPlan, check_candidates, plan_fill
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +52,6 @@ TRIM_QUANTUM_LINES = 16  # trims move in steps of this many lines (cache-friendl
 MAX_CHARS_PER_TOKEN = 12  # text farther than budget * this from the cursor is never kept
 CANDIDATE_TEMPERATURE = 0.8  # for the extra, sampled candidates
 REFINE_KEEP = 0.3  # refine: tokens the model gives at least this probability are kept
-REGION_SLACK_TOKENS = 16  # a fill in place of a selection may grow this much past it
 # transformers' DiffusionGemmaGenerationConfig defaults (_get_default_generation_params)
 UNIFORM_DEFAULTS: dict[str, Any] = {
     "max_steps": 48,
@@ -64,69 +62,6 @@ UNIFORM_DEFAULTS: dict[str, Any] = {
     "stability_threshold": 1,
     "stop_entropy": 0.005,
 }
-
-
-@dataclass(frozen=True)
-class FillControl:
-    """How the caller steers a fill while it runs, apart from what to fill."""
-
-    deadline: float | None = None  # time.monotonic() value: stop with what there is
-    cancel: Callable[[], bool] | None = None  # checked between steps; True stops the fill
-    on_draft: Callable[[int, list[str]], None] | None = None  # each step: its number, each candidate's text
-
-
-@dataclass
-class InfillRequest:
-    """What to fill (the text around it, the language, budgets, sampling, a text to refine
-    or replace) and `control`, how the caller steers the run."""
-
-    prefix: str
-    suffix: str = ""
-    language: str | None = None
-    canvas_tokens: int | None = None  # None: the span's budget (with a language), else the model's default
-    max_canvas_tokens: int | None = None  # a cap on that (the user's maxFillTokens); None: no cap
-    context_tokens: int | None = None  # None: the model's default
-    candidates: int = 1
-    seed: int | None = 0
-    control: FillControl = field(default_factory=lambda: FillControl())  # how the caller steers the run
-    sampler: SamplerConfig | None = None  # None: the model's defaults
-    use_drafter: bool | None = None  # None: the model's default
-    previous: Shown | None = None  # the fill shown last here: typing its start warm-starts the canvas
-    extra_files: list[tuple[str, str]] = field(
-        default_factory=list
-    )  # (name, text) of related files: repository context for engines that take it
-    check_syntax: bool = True  # with a language that has a grammar: validate and cut candidates
-    refine: str | None = (
-        None  # existing text between prefix and suffix: keep the tokens the model finds likely, re-fill the rest
-    )
-    document: Any | None = None  # the caller's spans.Document of prefix + suffix, if it keeps one
-    replaced: str = ""  # the text the fill takes the place of (a hole marker, a selection), for validation
-    min_tokens: int | None = None  # None: 1 on a blank line (a line is wanted there), else 0
-
-
-@dataclass
-class InfillResult:
-    candidates: list[Candidate]
-    steps: int = 0  # forward passes (or tokens decoded, in the autoregressive mode)
-    stop_reason: str = "complete"
-    context_tokens: int = 0
-    reused_tokens: int = 0  # context tokens whose keys/values came from the cache
-    encode_ms: float = 0.0
-    denoise_ms: float = 0.0
-    drafted: int = 0  # canvas positions proposed by the drafter or the warm start
-    warm_start: bool = False
-    warnings: list[str] = field(default_factory=list)
-    canvas_tokens: int = 0  # the canvas length the fill ran with
-    span: str | None = None  # the span kind that sized it (engine.spans.SpanKind); None without a language
-    error: str | None = None  # why there is no fill (a remote engine's fault), for the user
-
-    @property
-    def text(self) -> str:
-        return self.candidates[0].text if self.candidates else ""
-
-    @property
-    def total_ms(self) -> float:
-        return self.encode_ms + self.denoise_ms
 
 
 def trim_prefix(encode: Callable[[str], list[int]], prefix: str, budget: int) -> list[int]:
@@ -188,27 +123,46 @@ def _first_fitting(cuts: list[int], tokens_of: Callable[[int], list[int]], budge
     return found
 
 
-class InfillEngine:
-    """Fills spans with one loaded model; keeps the context cache and the last fill."""
+class LocalGenerator:
+    """Raw candidates from one loaded model; keeps the context cache."""
+
+    takes_extra_files = False
 
     def __init__(self, model: LoadedModel, cache_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.model = model
-        self.tok = model.tokenizer
+        self.tok = self.tokenizer = model.tokenizer
         self.den = model.denoiser
         self.cache = ContextCache(cache_bytes)
         self.defaults = model.defaults
+        self.languages = model.languages
+
+    @property
+    def limits(self) -> FillLimits:
+        """A line or a body as the span says, within the longest canvas the model was
+        trained on (config.json defaults `max_canvas_tokens`) and what it holds."""
+        d = self.defaults
+        return FillLimits(
+            default=int(d.get("canvas_tokens", DEFAULT_CANVAS_TOKENS)),
+            longest=int(d.get("max_canvas_tokens", MAX_CANVAS_TOKENS)),
+            hard=min(MAX_CANVAS_TOKENS, self.den.info.max_positions - MIN_CONTEXT_TOKENS),
+        )
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tok.encode(text))
 
     def reset(self) -> None:
-        """Forget the cached contexts (the next fill is cold). The engine keeps no other
+        """Forget the cached contexts (the next fill is cold). The generator keeps no other
         state between fills: a warm start comes from the request (`previous`)."""
         self.cache.clear()
+
+    def close(self) -> None:
+        pass
 
     def default_sampler(self, multiline: bool = False) -> SamplerConfig:
         """The model directory's defaults; for uniform-canvas models (DiffusionGemma),
         transformers' generation defaults for DiffusionGemma. A model may decode spans of
-        several lines its own way (``multiline_strategy``); the shipped model decodes every
-        span autoregressively (``strategy``, chosen from its eval, see its MODEL_CARD.md); a
-        model without an autoregressive mode keeps its one strategy."""
+        several lines its own way (``multiline_strategy``); a model without an
+        autoregressive mode keeps its one strategy."""
         d = self.defaults
         base = SamplerConfig(**UNIFORM_DEFAULTS) if self.den.info.regime == "uniform" else SamplerConfig()
         changes = {k: d[k] for k in ("strategy", "max_steps", "entropy_bound", "t_max", "t_min") if k in d}
@@ -219,12 +173,12 @@ class InfillEngine:
 
     # -- 1-2: context
     def build_context(
-        self, req: InfillRequest, warnings: list[str], canvas: int
+        self, opts: FillOptions, req: InfillRequest, warnings: list[str], canvas: int
     ) -> tuple[list[int], list[int], list[int]]:
         """(context ids, prefix ids, suffix ids) within the budget."""
         budget = (
-            req.context_tokens
-            if req.context_tokens is not None
+            opts.context_tokens
+            if opts.context_tokens is not None
             else int(self.defaults.get("context_tokens", DEFAULT_CONTEXT_TOKENS))
         )
         room = self.den.info.max_positions - canvas
@@ -247,41 +201,14 @@ class InfillEngine:
         sp = self.tok.special
         return [sp.suffix, *suffix_ids, sp.prefix, *prefix_ids, sp.middle], prefix_ids, suffix_ids
 
-    def canvas_length(self, req: InfillRequest, warnings: list[str], plan: FillPlan | None = None) -> int:
-        """The canvas: the request's length if it gives one; else the span's budget (a
-        line 32, a body 128: what the fill completes, decided before sampling) within the
-        longest canvas the model was trained on (config.json defaults
-        `max_canvas_tokens`), grown to hold the text a region fill replaces (a shorter
-        canvas would cut the rewrite short); else the model's default. The request's
-        cap (the user's maxFillTokens) bounds the last two."""
-        limit = min(MAX_CANVAS_TOKENS, self.den.info.max_positions - MIN_CONTEXT_TOKENS)
-        if req.canvas_tokens is not None:
-            n = req.canvas_tokens
-        else:
-            if plan is not None:
-                # the span's budget, within the longest canvas the model was trained on
-                n = min(plan.span.budget, int(self.defaults.get("max_canvas_tokens", MAX_CANVAS_TOKENS)))
-                region = req.refine if req.refine is not None else req.replaced
-                if region:  # as long as the canvas can be: a longer selection is cut short
-                    n = min(max(n, len(self.tok.encode(region)) + REGION_SLACK_TOKENS), limit)
-            else:
-                n = int(self.defaults.get("canvas_tokens", DEFAULT_CANVAS_TOKENS))
-            if req.max_canvas_tokens is not None:
-                n = min(n, req.max_canvas_tokens)
-        if not 1 <= n <= limit:
-            clamped = min(max(n, 1), limit)
-            warnings.append(f"canvas length {n} is out of range 1..{limit}; using {clamped}")
-            n = clamped
-        return n
-
     # -- 4: warm start or drafts
     def _proposals(
-        self, req: InfillRequest, prefix_ids: list[int], suffix_ids: list[int], c: int
+        self, opts: FillOptions, req: InfillRequest, prefix_ids: list[int], suffix_ids: list[int], c: int
     ) -> tuple[list[int], bool]:
         rest = req.previous.rest_after(req.prefix, req.suffix) if req.previous is not None else None
         if rest is not None:
             return self.tok.encode(rest)[:c], True
-        use_drafter = req.use_drafter if req.use_drafter is not None else bool(self.defaults.get("drafter", True))
+        use_drafter = opts.use_drafter if opts.use_drafter is not None else bool(self.defaults.get("drafter", True))
         if use_drafter:
             sp = self.tok.special
             ctx = [*suffix_ids, sp.prefix, *prefix_ids]
@@ -289,18 +216,12 @@ class InfillEngine:
             return drafter.propose(ctx, prefix_ids, c, stops), False
         return [], False
 
-    def fill(self, req: InfillRequest) -> InfillResult:
-        warnings: list[str] = []
-        req = replace(
-            req, prefix=_valid_text(req.prefix, "prefix", warnings), suffix=_valid_text(req.suffix, "suffix", warnings)
-        )
-        # 0. the span, before sampling: what the fill completes and how long it may be
-        replaced = req.refine if req.refine is not None else req.replaced
-        plan = plan_fill(req.prefix, req.suffix, req.language, req.document, replaced)
-        c = self.canvas_length(req, warnings, plan)
+    def generate(self, job: Job) -> InfillResult:
+        req, opts, plan, warnings = job.request, job.options, job.plan, job.warnings
+        c = job.budget
         b = max(1, int(req.candidates))
         # 1-2. the context
-        ctx_ids, prefix_ids, suffix_ids = self.build_context(req, warnings, c)
+        ctx_ids, prefix_ids, suffix_ids = self.build_context(opts, req, warnings, c)
         # 3. encode, reusing the cache
         t0 = time.perf_counter()
         cached, reused = self.cache.lookup(ctx_ids)
@@ -308,20 +229,15 @@ class InfillEngine:
         self.cache.put(state)
         t1 = time.perf_counter()
         # 4-5. canvas and sampling
-        cfg, row_temperature = self._sampler_for(req, b, warnings, plan is not None and plan.span.multiline)
+        multiline = plan is not None and plan.span.multiline
+        cfg, row_temperature = self._sampler_for(opts, req, b, warnings, multiline)
         rng = self.den.random_source(cfg.seed)
-        canvas, fixed, proposal, warm = self._start_canvas(req, state, rng, b, c, prefix_ids, suffix_ids)
+        canvas, fixed, proposal, warm = self._start_canvas(opts, req, state, rng, b, c, prefix_ids, suffix_ids)
         one_line = plan is not None and not plan.span.multiline
-        result = self._sample(req, cfg, rng, state, canvas, fixed, proposal, row_temperature, c, one_line)
+        result = self._sample(job, cfg, rng, state, canvas, fixed, proposal, row_temperature, c, one_line)
         t2 = time.perf_counter()
-        # 6. decode and rank, then check against the span
-        ranked = self._ranked(req, result, state)
-        if plan is not None and req.check_syntax:
-            ranked = check_candidates(
-                self.tok, ranked, req.prefix, req.suffix, req.language, plan.document, replaced, plan.span
-            )
-        for w in warnings:
-            log.warning("%s", w)
+        # 6. decode and rank
+        ranked = self._ranked(job.control, result, state)
         return InfillResult(
             candidates=ranked,
             steps=result.steps,
@@ -332,20 +248,23 @@ class InfillEngine:
             denoise_ms=(t2 - t1) * 1000,
             drafted=len(proposal),
             warm_start=warm,
-            warnings=warnings,
             canvas_tokens=c,
-            span=plan.span.kind if plan is not None else None,
         )
 
     def _sampler_for(
-        self, req: InfillRequest, b: int, warnings: list[str], multiline: bool
+        self, opts: FillOptions, req: InfillRequest, b: int, warnings: list[str], multiline: bool
     ) -> tuple[SamplerConfig, Any | None]:
-        """The sampler settings of this request (the model's defaults for the span's shape
-        unless the request brings its own) and the per-row temperature factors: row 0
-        stays the greedy fill at the model's temperature, other candidates are sampled."""
-        cfg = req.sampler or self.default_sampler(multiline)
-        if req.seed is not None and cfg.seed is None:
-            cfg = replace(cfg, seed=req.seed)
+        """The sampler settings of this fill (the model's defaults for the span's shape
+        unless the options bring their own, with the options' strategy and steps over
+        them) and the per-row temperature factors: row 0 stays the greedy fill at the
+        model's temperature, other candidates are sampled."""
+        cfg = opts.sampler or self.default_sampler(multiline)
+        if opts.strategy:
+            cfg = replace(cfg, strategy=opts.strategy)  # type: ignore[arg-type]
+        if opts.max_steps:
+            cfg = replace(cfg, max_steps=opts.max_steps)
+        if opts.seed is not None and cfg.seed is None:
+            cfg = replace(cfg, seed=opts.seed)
         row_temperature = None
         if b > 1 and cfg.greedy:
             cfg = replace(cfg, greedy=False)
@@ -363,6 +282,7 @@ class InfillEngine:
 
     def _start_canvas(
         self,
+        opts: FillOptions,
         req: InfillRequest,
         state: Any,
         rng: Any,
@@ -371,13 +291,13 @@ class InfillEngine:
         prefix_ids: list[int],
         suffix_ids: list[int],
     ) -> tuple[Any, Any | None, list[int], bool]:
-        """(canvas, fixed positions, proposed tokens, warm start): the refined text's
+        """(canvas, fixed positions, proposed tokens, warm start): the refined region's
         likely tokens fixed, or the warm start's or the drafter's proposals as drafts."""
         canvas = initial_canvas(self.den, b, c, rng)
-        if req.refine is not None:
-            canvas, fixed = self._refine_canvas(req.refine, state, canvas, c)
+        if req.refine:
+            canvas, fixed = self._refine_canvas(req.region, state, canvas, c)
             return canvas, fixed, [], False
-        proposal, warm = self._proposals(req, prefix_ids, suffix_ids, c)
+        proposal, warm = self._proposals(opts, req, prefix_ids, suffix_ids, c)
         if proposal:
             host = to_numpy(canvas).copy()
             host[:, : len(proposal)] = proposal
@@ -386,7 +306,7 @@ class InfillEngine:
 
     def _sample(
         self,
-        req: InfillRequest,
+        job: Job,
         cfg: SamplerConfig,
         rng: Any,
         state: Any,
@@ -401,11 +321,12 @@ class InfillEngine:
         autoregressive mode (a row ends at its first line break when the span is one
         line), else the canvas loop (drafts verified on its first step)."""
         b = int(canvas.shape[0])
+        control = job.control
         greedy_rows = np.zeros((b,), dtype=bool)
         greedy_rows[0] = True  # the first candidate is always the most likely fill
         on_step = None
-        if req.control.on_draft is not None:
-            cb = req.control.on_draft
+        if control.on_draft is not None:
+            cb = control.on_draft
 
             def on_step(view: StepView) -> None:
                 rows = to_numpy(view.argmax_canvas)
@@ -414,11 +335,11 @@ class InfillEngine:
         common: dict[str, Any] = {
             "greedy_rows": self.den.as_array(greedy_rows),
             "row_temperature": row_temperature,
-            "deadline": req.control.deadline,
-            "cancel": req.control.cancel,
+            "deadline": control.deadline,
+            "cancel": control.cancel,
             "on_step": on_step,
         }
-        if cfg.strategy == "autoregressive" and req.refine is None:
+        if cfg.strategy == "autoregressive" and not job.request.refine:
             stop = self.tok.line_break_ids if one_line else frozenset()
             return run_autoregressive(self.den, state, c, cfg, rng, batch=b, stop_after=stop, **common)
         draft = None
@@ -430,37 +351,35 @@ class InfillEngine:
             cfg = replace(cfg, strategy="left_to_right")
         return run(self.den, state, canvas, cfg, rng, fixed=fixed, draft=draft, **common)
 
-    def _ranked(self, req: InfillRequest, result: SampleResult, state: Any) -> list[Candidate]:
-        """Each row cut at end-of-fill and decoded, duplicates and empty alternatives
-        dropped; the greedy fill first, the others by the likelihood the autoregressive
-        mode gives them (a sharper judge than the canvas's confidence) or, without it,
-        by mean confidence; indentation fitted to the cursor's line."""
-        cands: list[Candidate] = []
-        seen: set[str] = set()
-        for i, (row, conf) in enumerate(zip(result.tokens, result.confidence, strict=True)):
-            text, n = self._decode_row(row)
-            if text in seen or (i > 0 and not text.strip()):
-                continue
-            seen.add(text)
-            cands.append(
-                Candidate(text=text, token_ids=[int(t) for t in row[:n]], confidence=[float(x) for x in conf[:n]])
-            )
-        ctl = req.control
-        late = ctl.deadline is not None and time.monotonic() >= ctl.deadline
+    def _ranked(self, control: FillControl, result: SampleResult, state: Any) -> list[Candidate]:
+        """Each row cut at end-of-fill and decoded; the greedy fill first, the others by
+        the likelihood the autoregressive mode gives them (a sharper judge than the
+        canvas's confidence; each distinct text scored once) or, without it, by mean
+        confidence."""
+        cands = [
+            Candidate(text=text, token_ids=[int(t) for t in row[:n]], confidence=[float(x) for x in conf[:n]])
+            for row, conf in zip(result.tokens, result.confidence, strict=True)
+            for text, n in [self._decode_row(row)]
+        ]
+        late = control.deadline is not None and time.monotonic() >= control.deadline
+        unique = distinct(cands)
         if (
             self.den.info.autoregressive
-            and len(cands) > 1
+            and len(unique) > 1
             and not late
-            and not (ctl.cancel is not None and ctl.cancel())
+            and not (control.cancel is not None and control.cancel())
         ):
-            for k in cands:
+            scores: dict[str, float] = {}
+            for k in unique:
                 lp, n = sequence_logprob(self.den, state, k.token_ids, self.tok.special.eof)
-                k.logprob = lp / n
+                scores[k.text] = lp / n
+            for k in cands:
+                k.logprob = scores.get(k.text)
         first, rest = (
             cands[:1],
             sorted(cands[1:], key=lambda k: -(k.logprob if k.logprob is not None else np.log(k.mean_confidence))),
         )
-        return [replace(k, text=fit_indent(req.prefix, k.text)) for k in first + rest]
+        return first + rest
 
     def _refine_canvas(self, text: str, state: Any, canvas: Any, c: int) -> tuple[Any, Any]:
         """Score `text` in place (one forward pass with it visible); its tokens the model
@@ -487,6 +406,11 @@ class InfillEngine:
         return self.tok.decode([t for t in ids[:n] if t != sp.mask]), n
 
 
+def local_engine(model: LoadedModel, options: FillOptions | None = None) -> Engine:
+    """The engine over a loaded model (the shipped one: `local_engine(load_model())`)."""
+    return Engine(LocalGenerator(model), options)
+
+
 def on_blank_line(prefix: str, suffix: str) -> bool:
     """The cursor is on a line holding nothing but indentation: the user is about to
     write a line, so an empty fill is no answer there."""
@@ -494,24 +418,3 @@ def on_blank_line(prefix: str, suffix: str) -> bool:
     ends = [i for i in (suffix.find("\n"), suffix.find("\r")) if i >= 0]
     rest = suffix[: min(ends)] if ends else suffix
     return not prefix[line_start:].strip(" \t") and not rest.strip(" \t")
-
-
-def fit_indent(prefix: str, fill: str) -> str:
-    """The fill, without the indentation its first line repeats when the cursor's line
-    holds only the indentation the editor already put there (a new line in a block):
-    the editor's indentation is kept, the fill's dropped, so the line is not indented
-    twice."""
-    line = prefix[max(prefix.rfind("\n"), prefix.rfind("\r")) + 1 :]
-    if not line or line.strip(" \t"):
-        return fill
-    return fill.lstrip(" \t")
-
-
-def _valid_text(text: str, what: str, warnings: list[str]) -> str:
-    """`text`, with lone surrogates (not valid Unicode, e.g. from JSON "\\ud800") replaced."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        warnings.append(f"the {what} holds characters that are not valid Unicode; they were replaced with U+FFFD")
-        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")

@@ -52,6 +52,18 @@ class LoadedModel:
     denoiser: Denoiser
     backend: str
     defaults: dict[str, Any] = field(default_factory=dict)
+    languages: frozenset[str] | None = None  # what it was trained on (config.json `languages`); None: any
+
+
+def _languages(cfg: dict[str, Any], path: Path) -> frozenset[str] | None:
+    """config.json's `languages`: the languages the model was trained on (a list of
+    names); absent: any language."""
+    names = cfg.get("languages")
+    if names is None:
+        return None
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise ModelLoadError(f"{path / CONFIG_FILE}: `languages` must be a list of language names")
+    return frozenset(names)
 
 
 def read_config(path: Path) -> dict[str, Any]:
@@ -159,7 +171,14 @@ def load_model(path: Path | None = None, backend: str = "auto", device: str = "c
         _require(path, WEIGHTS_FILE)
         den = _load_torch(path, arch, info, device)
         chosen = "torch"
-    return LoadedModel(path=path, tokenizer=tok, denoiser=den, backend=chosen, defaults=dict(cfg.get("defaults", {})))
+    return LoadedModel(
+        path=path,
+        tokenizer=tok,
+        denoiser=den,
+        backend=chosen,
+        defaults=dict(cfg.get("defaults", {})),
+        languages=_languages(cfg, path),
+    )
 
 
 def _onnx_providers(device: str) -> list[Any] | None:

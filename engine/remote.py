@@ -1,11 +1,10 @@
 """Remote engines: whole fills from an inference server the user's team runs.
 
-A remote engine is not a Denoiser: it returns whole fills. Everything around a fill is
-the same as for a local one: `engine.syntax.plan_fill` picks the span and its length
-budget (sent as max_tokens) before the request, and the replies go through the same
-indentation fit, validation and truncation (`check_candidates`). `RemoteEngine.fill`
-takes an `InfillRequest` and gives an `InfillResult`, so the server uses it in place of
-`InfillEngine`.
+A remote engine is not a Denoiser: it returns whole fills. It is a generator behind the
+one engine (engine.fill), so everything around a fill is the same as for a local one: the
+span and its length budget (sent as max_tokens) are planned before the request, and the
+replies go through the same dedupe, indentation fit, validation and truncation.
+`remote_engine(cfg)` is that engine.
 
 Dialects (docs/remote.md says what each sends):
 - "vllm": OpenAI `/v1/completions` with the prompt rendered here exactly as the local
@@ -46,9 +45,9 @@ from urllib.parse import urlsplit
 
 from engine.candidate import Candidate
 from engine.errors import EngineError
-from engine.infill import CANDIDATE_TEMPERATURE, InfillRequest, InfillResult, fit_indent
-from engine.sampler import SamplerConfig
-from engine.syntax import check_candidates, plan_fill
+from engine.fill import Engine, FillLimits, FillOptions, InfillResult, Job
+from engine.infill import CANDIDATE_TEMPERATURE
+from engine.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -136,8 +135,13 @@ class _Reply:
     texts: list[str] = field(default_factory=list)  # one per candidate
 
 
-class RemoteEngine:
+class RemoteGenerator:
     """Fills through an inference server; one request at a time (the server's worker)."""
+
+    tokenizer: Tokenizer | None = None  # the engine's tokenizer is not here: candidates carry text only
+    languages: frozenset[str] | None = None  # a served model is not limited to the embedded model's languages
+    # no tokenizer here: about 3 characters a token for a region's length
+    CHARS_PER_TOKEN = 3
 
     def __init__(self, cfg: RemoteConfig) -> None:
         if cfg.dialect not in DIALECTS:
@@ -151,15 +155,15 @@ class RemoteEngine:
         self._conn: http.client.HTTPConnection | None = None
         self._backoff = _Backoff()
         self.requests = 0  # sent to the engine (for tests and stats)
+        self.limits = FillLimits(default=DEFAULT_BUDGET, longest=None, hard=None)
 
     @property
     def takes_extra_files(self) -> bool:
         """Whether the dialect sends repository context (llama-server's input_extra)."""
         return self.cfg.dialect == "llama-infill"
 
-    # -- the same surface as InfillEngine
-    def default_sampler(self) -> SamplerConfig:
-        return SamplerConfig()
+    def count_tokens(self, text: str) -> int:
+        return len(text) // self.CHARS_PER_TOKEN
 
     def reset(self) -> None:
         pass
@@ -169,24 +173,20 @@ class RemoteEngine:
             self._conn.close()
             self._conn = None
 
-    def fill(self, req: InfillRequest) -> InfillResult:
+    def generate(self, job: Job) -> InfillResult:
+        """The candidates the server writes for the job's budget; sampling options are
+        the server's own (it decodes as its operators configured it)."""
         t0 = time.perf_counter()
-        replaced = req.refine if req.refine is not None else req.replaced
-        plan = plan_fill(req.prefix, req.suffix, req.language, req.document, replaced)
-        budget = self._budget(req, plan.span.budget if plan is not None else None, replaced)
-        result = InfillResult(
-            candidates=[],
-            canvas_tokens=budget,
-            span=plan.span.kind if plan is not None else None,
-        )
+        req, plan = job.request, job.plan
+        result = InfillResult(candidates=[], canvas_tokens=job.budget)
         try:
             if time.monotonic() < self._backoff.until:  # the same message: the user is told once
                 raise RemoteError(self._backoff.reason)
             prefix, suffix = self._trim(req.prefix, req.suffix)
             n = max(1, int(req.candidates))
             single = plan is not None and not plan.span.multiline
-            body = self._body(prefix, suffix, budget, n, single, req)
-            reply = self._post(body, n, req)
+            body = self._body(prefix, suffix, job.budget, n, single, job)
+            reply = self._post(body, n, job)
         except _Cancelled as why:
             result.stop_reason = str(why)
             return result
@@ -196,28 +196,8 @@ class RemoteEngine:
             return result
         finally:
             result.denoise_ms = (time.perf_counter() - t0) * 1000
-        seen: set[str] = set()
-        cands = []
-        for i, text in enumerate(reply.texts):
-            if text in seen or (i > 0 and not text.strip()):
-                continue
-            seen.add(text)
-            cands.append(Candidate(text=fit_indent(req.prefix, text), token_ids=[], confidence=[]))
-        if plan is not None and req.check_syntax:
-            cands = check_candidates(
-                None, cands, req.prefix, req.suffix, req.language, plan.document, replaced, plan.span
-            )
-        result.candidates = cands
+        result.candidates = [Candidate(text=text, token_ids=[], confidence=[]) for text in reply.texts]
         return result
-
-    # -- the request
-    def _budget(self, req: InfillRequest, span_budget: int | None, replaced: str) -> int:
-        if req.canvas_tokens is not None:
-            return max(1, req.canvas_tokens)
-        n = span_budget if span_budget is not None else DEFAULT_BUDGET
-        if replaced:
-            n = max(n, len(replaced) // 3 + 16)  # no tokenizer here: about 3 characters a token
-        return max(1, min(n, req.max_canvas_tokens) if req.max_canvas_tokens is not None else n)
 
     def _trim(self, prefix: str, suffix: str) -> tuple[str, str]:
         """The code nearest the cursor within the character budget, cut at line starts."""
@@ -232,7 +212,7 @@ class RemoteEngine:
             prefix = prefix[nl + 1 :] if nl != -1 else prefix[start:]
         return prefix, suffix
 
-    def _body(self, prefix: str, suffix: str, budget: int, n: int, single: bool, req: InfillRequest) -> dict[str, Any]:
+    def _body(self, prefix: str, suffix: str, budget: int, n: int, single: bool, job: Job) -> dict[str, Any]:
         cfg = self.cfg
         stream = True  # an engine stops a streamed fill when its client leaves (see the module's docstring)
         temperature = CANDIDATE_TEMPERATURE if n > 1 else 0.0
@@ -241,7 +221,7 @@ class RemoteEngine:
             body: dict[str, Any] = {
                 "input_prefix": prefix,
                 "input_suffix": suffix,
-                "input_extra": [{"filename": name, "text": text} for name, text in req.extra_files],
+                "input_extra": [{"filename": name, "text": text} for name, text in job.request.extra_files],
                 "n_predict": budget,
                 "cache_prompt": True,
                 "temperature": temperature,
@@ -249,8 +229,8 @@ class RemoteEngine:
             }
             if n > 1:  # llama-server streams the n candidates indexed, each ended by its `stop`
                 body["n"] = n
-            if req.control.deadline is not None:
-                body["t_max_predict_ms"] = max(1, int((req.control.deadline - time.monotonic()) * 1000))
+            if job.control.deadline is not None:
+                body["t_max_predict_ms"] = max(1, int((job.control.deadline - time.monotonic()) * 1000))
             if stop:
                 body["stop"] = stop
         else:
@@ -293,17 +273,17 @@ class RemoteEngine:
             self._conn = http.client.HTTPConnection(host, port, timeout=timeout)
         return self._conn, False
 
-    def _post(self, body: dict[str, Any], n: int, req: InfillRequest) -> _Reply:
+    def _post(self, body: dict[str, Any], n: int, job: Job) -> _Reply:
         data = json.dumps(body).encode("utf-8")
         headers = self._headers()
         for attempt in (0, 1):
             conn, reused = self._connection()
-            watcher = _Watcher(conn, req.control.cancel, req.control.deadline)
+            watcher = _Watcher(conn, job.control.cancel, job.control.deadline)
             try:
                 self.requests += 1
                 conn.request("POST", self._path, body=data, headers=headers)
                 resp = conn.getresponse()
-                reply = self._read(resp, n, req, watcher)
+                reply = self._read(resp, n, job, watcher)
                 if resp.will_close:
                     self.close()
                 self._backoff.ok()
@@ -338,14 +318,14 @@ class RemoteEngine:
         self._backoff.fail(message)
         return RemoteError(message)
 
-    def _read(self, resp: http.client.HTTPResponse, n: int, req: InfillRequest, watcher: _Watcher) -> _Reply:
+    def _read(self, resp: http.client.HTTPResponse, n: int, job: Job, watcher: _Watcher) -> _Reply:
         if resp.status != 200:
             message = _error_message(resp.read(MAX_ERROR_BODY))
             error = f"{self.cfg.endpoint} answered HTTP {resp.status}: {message}"
             raise self._unreachable(error) if resp.status >= 500 else RemoteError(error)
         ctype = resp.getheader("Content-Type", "")
         if "text/event-stream" in ctype:
-            return self._read_stream(resp, n, req, watcher)
+            return self._read_stream(resp, n, job, watcher)
         try:
             raw = resp.read(MAX_REPLY + 1)
         except http.client.IncompleteRead as exc:
@@ -361,7 +341,7 @@ class RemoteEngine:
             raise RemoteError(f"{self.cfg.endpoint} sent a reply over {MAX_REPLY >> 20} MB")
         return _Reply(self._texts(_json(raw), n))
 
-    def _read_stream(self, resp: http.client.HTTPResponse, n: int, req: InfillRequest, watcher: _Watcher) -> _Reply:
+    def _read_stream(self, resp: http.client.HTTPResponse, n: int, job: Job, watcher: _Watcher) -> _Reply:
         """The candidates of a streamed reply. Each candidate's events carry its index
         (OpenAI's choices[].index, llama.cpp's index); it has ended at its finish_reason
         or `stop`. OpenAI streams end with [DONE], llama.cpp's /infill stream does not:
@@ -384,8 +364,8 @@ class RemoteEngine:
                     seen.add(i)
                     if end:
                         ended.add(i)
-            if req.control.on_draft is not None and texts != before:
-                req.control.on_draft(step, list(texts))
+            if job.control.on_draft is not None and texts != before:
+                job.control.on_draft(step, list(texts))
             if len(ended) == n and self.cfg.dialect == "llama-infill":
                 done = True
                 break
@@ -484,3 +464,8 @@ def _network_reason(exc: BaseException) -> str:
     if isinstance(exc, http.client.HTTPException):
         return f"a malformed HTTP reply ({exc.__class__.__name__})"
     return str(exc) or exc.__class__.__name__
+
+
+def remote_engine(cfg: RemoteConfig, options: FillOptions | None = None) -> Engine:
+    """The engine over an inference server."""
+    return Engine(RemoteGenerator(cfg), options)

@@ -4,18 +4,21 @@ a selection) run as commands that apply versioned WorkspaceEdits, and diffusion/
 
 from __future__ import annotations
 
-import asyncio
+from dataclasses import replace
 
 from lsprotocol import converters, types
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import TextDocument
 
-from engine.spans import enclosing_node, expand_selection, fill_holes_jointly, find_holes
+from engine.fill import InfillRequest
+from engine.spans import Span, enclosing_node, expand_selection, find_holes
 from lsp_server import convert
-from lsp_server.context import DiffusionServer, grammar_name, model_ready, open_document, require, syntax_tree, tell
+from lsp_server.context import DiffusionServer, grammar_name, open_document, require, syntax_tree, tell
+from lsp_server.service import REGION
 
 INLINE_EDIT = "diffusion/inlineEdit"  # custom request: next edit suggestion
 MAX_INLINE_EDIT_CHARS = 2000  # a next-edit rewrites a statement, not a whole file
+UINTEGER_MAX = 2**31 - 1  # LSP's uinteger: a position past it is not a position
 _CONVERTER = converters.get_converter()
 
 
@@ -27,22 +30,17 @@ def code_action(ls: DiffusionServer, params: types.CodeActionParams) -> list[typ
     doc = open_document(ls, uri)
     if doc is None:
         return None
-    start = convert.locate(doc, params.range.start)
-    end = convert.locate(doc, params.range.end)
+    start, end = convert.locate(doc, params.range.start), convert.locate(doc, params.range.end)
     holes = find_holes(syntax_tree(ls, uri, doc))
-    line_start, line_end = doc.source.rfind("\n", 0, start.offset) + 1, doc.source.find("\n", end.offset)
-    line_end = len(doc.source) if line_end == -1 else line_end
-    here = [h for h in holes if line_start <= h.start <= line_end]
     actions = []
+    here = holes_on_lines(doc.source, holes, start.offset, end.offset)
     if here:
         pos = convert.position_at(doc, here[0].start)
         actions.append(_action("Fill hole", "diffusion.fillHole", [uri, pos.line, pos.character]))
     if holes:
         actions.append(_action("Fill all holes in file", "diffusion.fillAllHoles", [uri]))
     if end.offset > start.offset:
-        rng = [uri, start.position.line, start.position.character, end.position.line, end.position.character]
-        actions.append(_action("Regenerate selection", "diffusion.regenerateSelection", rng))
-        actions.append(_action("Refine selection", "diffusion.refineSelection", rng))
+        actions += _selection_actions(uri, start.position, end.position)
     return actions or None
 
 
@@ -59,35 +57,21 @@ async def fill_hole(ls: DiffusionServer, uri: str, line: int, character: int) ->
 
 async def fill_all_holes(ls: DiffusionServer, uri: str) -> types.WorkspaceEdit | None:
     """Every hole filled so that the fills agree (engine.spans.fill_holes_jointly), on
-    the worker, as one edit."""
+    the worker, as one edit; holes with no fill that parses are left, with a message."""
     doc = open_document(ls, uri)
-    if doc is None:
+    holes = find_holes(syntax_tree(ls, uri, doc)) if doc is not None else []
+    if doc is None or not holes:
         return None
-    text, version, lang = doc.source, doc.version, grammar_name(doc)
-    holes = find_holes(syntax_tree(ls, uri, doc))
-    if not holes:
+    version, request = doc.version, InfillRequest(prefix=doc.source, language=grammar_name(doc))
+    answer = await ls.fills.fill(uri, request, replace(REGION, holes=tuple(holes)))
+    if answer is None or not _current(ls, uri, version):
         return None
-    await model_ready(ls)
-
-    def region(prefix: str, suffix: str, refine: str | None, replaced: str) -> str:
-        return ls.fills.fill_region(prefix, suffix, lang, refine, replaced)
-
-    fills = await asyncio.wrap_future(ls.fills.worker.submit(fill_holes_jointly, text, holes, region))
-    now = open_document(ls, uri)
-    if now is None or now.version != version:
-        return None
-    edits = [
-        types.TextEdit(types.Range(convert.position_at(doc, h.start), convert.position_at(doc, h.end)), fill)
-        for h, fill in zip(holes, fills, strict=True)
-        if fill is not None
-    ]
+    edits = [_text_edit(doc, h.start, h.end, fill) for h, fill in zip(holes, answer.holes, strict=True) if fill]
     if len(edits) < len(holes):
         tell(
             ls, f"no fill that parses for {len(holes) - len(edits)} of {len(holes)} holes; those were left as they are"
         )
-    if not edits:
-        return None
-    return _edit(ls, uri, version, edits, apply=True, label="Fill all holes")
+    return _edit(ls, uri, version, edits, apply=True, label="Fill all holes") if edits else None
 
 
 async def regenerate_selection(
@@ -110,20 +94,31 @@ async def inline_edit(ls: DiffusionServer, params: object) -> dict[str, object]:
     doc = open_document(ls, uri)
     if doc is None or not doc.source.strip():
         return {"edits": []}
-    at = convert.locate(doc, position).offset
-    lo, hi = enclosing_node(syntax_tree(ls, uri, doc), at)
+    lo, hi = enclosing_node(syntax_tree(ls, uri, doc), convert.locate(doc, position).offset)
     if hi - lo > MAX_INLINE_EDIT_CHARS or (lo, hi) == (0, len(doc.source)):
         return {"edits": []}  # no statement here (a blank line): nothing to suggest
-    old = doc.source[lo:hi]
     edit = await _replace(ls, doc, uri, lo, hi, refine=True, apply=False)
-    if edit is None or not edit.document_changes:
-        return {"edits": []}
-    change = edit.document_changes[0].edits[0]  # type: ignore[union-attr]
-    assert isinstance(change, types.TextEdit)
-    if change.new_text == old or not change.new_text.strip():
+    change = edit.document_changes[0].edits[0] if edit is not None and edit.document_changes else None  # type: ignore[union-attr]
+    if not isinstance(change, types.TextEdit) or change.new_text == doc.source[lo:hi]:
         return {"edits": []}
     rng = _CONVERTER.unstructure(change.range)
     return {"edits": [{"range": rng, "text": change.new_text, "textDocument": {"uri": uri, "version": doc.version}}]}
+
+
+def holes_on_lines(text: str, holes: list[Span], start: int, end: int) -> list[Span]:
+    """The holes that start on the lines from offset `start` to offset `end`."""
+    line_start = max(text.rfind("\n", 0, start), text.rfind("\r", 0, start)) + 1
+    ends = [i for i in (text.find("\n", end), text.find("\r", end)) if i != -1]
+    line_end = min(ends) if ends else len(text)
+    return [h for h in holes if line_start <= h.start <= line_end]
+
+
+def _selection_actions(uri: str, start: types.Position, end: types.Position) -> list[types.CodeAction]:
+    rng = [uri, start.line, start.character, end.line, end.character]
+    return [
+        _action("Regenerate selection", "diffusion.regenerateSelection", rng),
+        _action("Refine selection", "diffusion.refineSelection", rng),
+    ]
 
 
 async def _rewrite_selection(
@@ -147,21 +142,25 @@ async def _replace(
     edit in the client. The range and version are those of the text the fill was made
     for; when the document changes meanwhile, the fill is dropped."""
     text, version = doc.source, doc.version
-    rng = types.Range(convert.position_at(doc, start), convert.position_at(doc, end))
-    current = text[start:end] if refine else None
-    await model_ready(ls)
-    work = ls.fills.worker.submit(
-        ls.fills.fill_region, text[:start], text[end:], grammar_name(doc), current, text[start:end]
-    )
-    fill = await asyncio.wrap_future(work)
-    now = open_document(ls, uri)
-    if now is None or now.version != version:
+    req = InfillRequest(text[:start], text[end:], grammar_name(doc), region=text[start:end], refine=refine)
+    answer = await ls.fills.fill(uri, req, REGION)
+    if answer is None or not _current(ls, uri, version):
         return None
-    if not fill.strip():  # never delete the user's code for want of a fill
+    if not answer.text:  # never delete the user's code for want of a fill
         if apply:
             tell(ls, "no fill that parses here; the text was left as it is")
         return None
-    return _edit(ls, uri, version, [types.TextEdit(rng, fill)], apply)
+    return _edit(ls, uri, version, [_text_edit(doc, start, end, answer.text)], apply)
+
+
+def _current(ls: DiffusionServer, uri: str, version: int | None) -> bool:
+    """Whether the document is still open at `version` (an answer for another is dropped)."""
+    now = open_document(ls, uri)
+    return now is not None and now.version == version
+
+
+def _text_edit(doc: TextDocument, start: int, end: int, text: str) -> types.TextEdit:
+    return types.TextEdit(types.Range(convert.position_at(doc, start), convert.position_at(doc, end)), text)
 
 
 def _edit(
@@ -194,13 +193,8 @@ def _inline_edit_params(params: object) -> tuple[str, int | None, types.Position
 
     doc, pos = get(params, "textDocument"), get(params, "position")
     uri, line, character = get(doc, "uri"), get(pos, "line"), get(pos, "character")
-    if (
-        not isinstance(uri, str)
-        or not isinstance(line, int)
-        or not isinstance(character, int)
-        or line < 0
-        or character < 0
-    ):
+    if not isinstance(uri, str) or not all(isinstance(x, int) and 0 <= x <= UINTEGER_MAX for x in (line, character)):
         raise JsonRpcInvalidParams("diffusion/inlineEdit needs textDocument.uri and a position")
     version = get(doc, "version")
+    assert isinstance(line, int) and isinstance(character, int)
     return uri, version if isinstance(version, int) else None, types.Position(line, character)

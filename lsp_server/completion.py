@@ -6,15 +6,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from urllib.parse import unquote, urlsplit
 
 from lsprotocol import types
 from pygls.workspace import TextDocument
 
-from engine.remote import RemoteEngine
+from engine.fill import InfillRequest
 from lsp_server import convert
-from lsp_server.context import DiffusionServer, grammar_name, language, model_ready, open_document, require, syntax_tree
-from lsp_server.service import FillAnswer
+from lsp_server.context import DiffusionServer, grammar_name, language, open_document, require, syntax_tree
+from lsp_server.service import COMPLETION, INLINE
 
 log = logging.getLogger(__name__)
 
@@ -23,89 +24,72 @@ EXTRA_FILES = 4  # other open documents sent as repository context to an engine 
 EXTRA_FILE_CHARS = 4000
 
 
+@dataclass(frozen=True)
+class Cursor:
+    """A fill at the cursor of an open document, read at its version."""
+
+    doc: TextDocument
+    where: convert.Where  # the cursor (and the text the items replace before it)
+    request: InfillRequest
+
+
 async def inline_completion(
     ls: DiffusionServer, params: types.InlineCompletionParams
 ) -> types.InlineCompletionList | None:
-    """Ghost text: one candidate while typing (Automatic), `alternatives` when asked
-    (Invoked, or the first request after diffusion.suggestNow)."""
+    """Ghost text: one candidate while typing (Automatic, debounced), `alternatives` when
+    asked (Invoked, or the first request after diffusion.suggestNow)."""
     require(params, types.InlineCompletionParams)
-    asked = ls.fills.take_ask(params.text_document.uri)
-    invoked = asked or params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
-    answer, where = await fill_at(
-        ls,
-        params.text_document.uri,
-        params.position,
-        ls.fills.settings.alternatives if invoked else 1,
-        debounce=not invoked,
-        drafts=True,
-        selected=params.context.selected_completion_info,
-    )
-    return convert.inline_items(answer, where) if answer else None
+    uri, settings = params.text_document.uri, ls.fills.settings
+    invoked = ls.fills.take_ask(uri) or params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+    at = cursor(ls, uri, params.position, params.context.selected_completion_info)
+    if at is None:
+        return None
+    kind = replace(INLINE, candidates=settings.alternatives, debounce=False) if invoked else INLINE
+    drafts = _draft_sender(ls, uri, at.doc.version, at.where.position) if settings.drafts else None
+    answer = await ls.fills.fill(uri, at.request, kind, drafts)
+    return convert.inline_items(answer, at.where) if answer else None
 
 
 async def completion(ls: DiffusionServer, params: types.CompletionParams) -> types.CompletionList | None:
     """The fill as a completion item, for clients without inline completion."""
     require(params, types.CompletionParams)
-    answer, where = await fill_at(ls, params.text_document.uri, params.position, 1)
-    doc = open_document(ls, params.text_document.uri)
-    if not answer or where is None or doc is None:
+    at = cursor(ls, params.text_document.uri, params.position)
+    if at is None:
         return None
-    return convert.completion_items(answer, convert.word_before(doc, where), _reads_markdown(ls))
+    answer = await ls.fills.fill(params.text_document.uri, at.request, COMPLETION)
+    if not answer:
+        return None
+    return convert.completion_items(answer, convert.word_before(at.doc, at.where), _reads_markdown(ls))
 
 
-async def fill_at(
-    ls: DiffusionServer,
-    uri: str,
-    position: types.Position,
-    candidates: int,
-    debounce: bool = False,
-    drafts: bool = False,
-    selected: types.SelectedCompletionInfo | None = None,
-) -> tuple[FillAnswer | None, convert.Where | None]:
-    """Read the document at its version, fill on the worker, drop the answer if stale.
-
-    debounce: wait `debounceMs` first and give up if a newer request or an edit for the
-    document came meanwhile (type-through answers skip the wait). drafts: send
-    diffusion/draft notifications while denoising, when the settings ask for them.
+def cursor(
+    ls: DiffusionServer, uri: str, position: types.Position, selected: types.SelectedCompletionInfo | None = None
+) -> Cursor | None:
+    """The fill at `position` of the open document: None for an unknown document, a
+    language the settings leave out, or a selected item that does not end at the cursor.
     selected: the completion item the user has selected in the popup; the fill continues
     its text, and the items replace its range."""
     doc = open_document(ls, uri)
-    if doc is None:  # unknown URI: nothing to complete
-        return None, None
+    languages = ls.fills.settings.languages
+    if doc is None or (languages and {language(doc).name, doc.language_id or ""}.isdisjoint(languages)):
+        return None
     where = convert.locate(doc, position)
-    settings = ls.fills.settings
-    if settings.languages and {language(doc).name, doc.language_id or ""}.isdisjoint(settings.languages):
-        return None, None
-    version = doc.version
     prefix, suffix = doc.source[: where.offset], doc.source[where.offset :]
     if selected is not None:
         shown, prefix = _with_selected(doc, where, selected, prefix)
         if shown is None:
-            return None, None
+            return None
         where = shown
-    flag = ls.fills.begin(uri)  # this request supersedes the document's older one
-    if debounce and settings.debounce_ms and ls.fills.type_through(uri, prefix, suffix) is None:
-        await asyncio.sleep(settings.debounce_ms / 1000)
-        if flag.is_set():
-            return None, None
-    await model_ready(ls)
     lang = grammar_name(doc)
-    tree = syntax_tree(ls, uri, doc) if lang and selected is None else None
-    on_draft = _draft_sender(ls, uri, version, where.position) if drafts and settings.drafts else None
     engine = ls.fills.engine
-    extra = _other_files(ls, doc) if isinstance(engine, RemoteEngine) and engine.takes_extra_files else None
-    future = ls.fills.submit(uri, prefix, suffix, lang, candidates, flag, tree, on_draft, extra)
-    try:
-        answer = await asyncio.wrap_future(future)
-    except asyncio.CancelledError:  # $/cancelRequest: stop this fill (not a newer one) between steps
-        flag.set()
-        raise
-    except Exception:  # an engine bug: logged, an empty answer, the server goes on
-        log.exception("fill failed for %s", uri)
-        return None, None
-    if answer is None or flag.is_set():  # cancelled, or the document moved on meanwhile
-        return None, None
-    return answer, where
+    request = InfillRequest(
+        prefix=prefix,
+        suffix=suffix,
+        language=lang or language(doc).name,
+        document=syntax_tree(ls, uri, doc) if lang and selected is None else None,
+        extra_files=_other_files(ls, doc) if engine is not None and engine.takes_extra_files else [],
+    )
+    return Cursor(doc, where, request)
 
 
 def _with_selected(

@@ -4,10 +4,8 @@ how it answers: the client told, bad params refused."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import logging
-import threading
 from collections.abc import Generator
 from typing import Any
 from urllib.parse import unquote
@@ -77,7 +75,6 @@ class DiffusionServer(LanguageServer):
         self.fills.notify = lambda message: self.window_show_message(
             types.ShowMessageParams(types.MessageType.Warning, f"diffusion-lsp: {message}")
         )
-        self.model_ready = threading.Event()
         self.model_override: str | None = None  # --model: wins over the settings' model
 
 
@@ -113,13 +110,6 @@ def syntax_tree(ls: DiffusionServer, uri: str, doc: TextDocument) -> Document:
         tree.update(doc.source, version)
     record.tree = tree
     return tree
-
-
-async def model_ready(ls: DiffusionServer) -> None:
-    """Wait (off the event loop) until the model has loaded or failed to; no thread hop
-    once it has."""
-    if not ls.model_ready.is_set():
-        await asyncio.get_running_loop().run_in_executor(None, ls.model_ready.wait)
 
 
 def tell(ls: DiffusionServer, message: str) -> None:

@@ -76,7 +76,7 @@ def initialize(ls: DiffusionServer, params: types.InitializeParams) -> None:
     settings, problems = parse_settings(params.initialization_options)
     if ls.model_override:
         settings = replace(settings, model=ls.model_override)
-    ls.fills.settings = settings
+    ls.fills.configure(settings)
     for problem in problems:
         ls.window_show_message(types.ShowMessageParams(types.MessageType.Warning, problem))
 
@@ -136,9 +136,9 @@ def _apply_settings(ls: DiffusionServer, raw: Any, load: bool) -> None:
     settings, problems = parse_settings(raw, old)
     for problem in problems:
         ls.window_show_message(types.ShowMessageParams(types.MessageType.Warning, problem))
-    ls.fills.settings = settings
+    ls.fills.configure(settings)
     if load and engine_changed(old, settings):
-        ls.model_ready.clear()  # requests wait for the new model
+        ls.fills.ready.clear()  # requests wait for the new model
         threading.Thread(target=_load_model, args=(ls,), daemon=True, name="diffusion-load").start()
 
 
@@ -169,4 +169,4 @@ def _load_model(ls: DiffusionServer) -> None:
             if error:
                 ls.window_show_message(types.ShowMessageParams(types.MessageType.Error, f"diffusion-lsp: {error}"))
         finally:
-            ls.model_ready.set()
+            ls.fills.ready.set()

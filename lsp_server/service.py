@@ -1,6 +1,12 @@
-"""The fill service between the LSP handlers and the engine: one model, one worker thread,
-one record per open document. It knows LSP only as far as document URIs.
+"""The fill service between the LSP handlers and the engine: one engine, one worker thread,
+one record per open document, and one entry, `fill`, for every feature. It knows LSP only
+as far as document URIs.
 
+- `fill(uri, request, kind)`: a feature says what it wants to fill (an `InfillRequest`)
+  and what kind of fill (`FillKind`: candidates, debounce, deadline, type-through, whether
+  a newer request supersedes it, the retry with more candidates when the greedy fill is
+  blank, holes filled jointly); the service waits for the engine, runs the fill on the
+  worker and drops an answer that a newer request or an edit made stale.
 - One worker runs fills one at a time (the engine and the machine's cores are shared).
 - One record per open document (`OpenDocument`): its syntax tree, the cancel flag of its
   newest request, and the suggestion last shown; `forget` drops it when it closes.
@@ -9,52 +15,94 @@ one record per open document. It knows LSP only as far as document URIs.
   denoising steps, a debounced request before it starts, and an answer before it goes out.
 - Type-through: when the text typed since the last suggestion is the start of that
   suggestion, the rest is the answer at once, with no engine call.
+- The engine is an `engine.fill.Engine`, whatever it fills with (the local model or a
+  remote server): its options are mapped from the settings here, once per change.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from engine.candidate import Candidate, Shown
 from engine.errors import EngineError
-from engine.infill import FillControl, InfillEngine, InfillRequest, InfillResult
+from engine.fill import Engine, FillControl, FillOptions, InfillRequest
+from engine.infill import local_engine
 from engine.modeldir import load_model
-from engine.remote import RemoteConfig, RemoteEngine
+from engine.remote import RemoteConfig, remote_engine
+from engine.spans import Document, Span, fill_holes_jointly, language_for
 from lsp_server.settings import Settings
 
 log = logging.getLogger(__name__)
 
 REGION_CANDIDATES = 8  # code actions: candidates to choose a non-blank, parsing fill from
 
+Drafts = Callable[[int, list[str]], None]
+
 
 @dataclass
 class OpenDocument:
     """What the server keeps for one open document."""
 
-    tree: Any | None = None  # its spans Document, reparsed incrementally (lsp_server.context)
+    tree: Document | None = None  # its syntax tree, reparsed incrementally (lsp_server.context)
     request: threading.Event | None = None  # the cancel flag of its newest request
     shown: Shown | None = None  # the last suggestion returned, for type-through
     asked: bool = False  # the user asked for a suggestion (diffusion.suggestNow): the next is Invoked
+
+
+@dataclass(frozen=True)
+class FillKind:
+    """What a feature wants of a fill."""
+
+    candidates: int = 1
+    debounce: bool = False  # wait debounceMs first, and give up if a newer request or an edit came
+    timed: bool = True  # the settings' deadline applies (typing); a command the user asked for runs to its end
+    type_through: bool = False  # answer from the last suggestion when the user typed its start (and remember it)
+    supersede: bool = False  # the document's newest request: an edit, a newer one or $/cancelRequest stops it
+    retry_candidates: int = 0  # when no candidate is non-blank, once more with this many (a blank fill deletes)
+    holes: tuple[Span, ...] = ()  # fill these holes of request.prefix jointly (engine.spans.fill_holes_jointly)
+
+
+INLINE = FillKind(debounce=True, type_through=True, supersede=True)
+COMPLETION = FillKind(type_through=True, supersede=True)
+REGION = FillKind(timed=False, retry_candidates=REGION_CANDIDATES)
 
 
 @dataclass
 class FillAnswer:
     candidates: list[Candidate]
     from_type_through: bool = False
+    holes: list[str | None] = field(default_factory=list)  # per hole: its fill, or None (left as it is)
+
+    @property
+    def text(self) -> str:
+        """The best non-blank candidate's text, or "" (never a blank fill for a region)."""
+        return next((c.text for c in self.candidates if c.text.strip()), "")
+
+
+def options_from(settings: Settings) -> FillOptions:
+    """The engine's budgets and sampler settings from the server's settings."""
+    return FillOptions(
+        max_canvas_tokens=settings.max_fill_tokens,
+        context_tokens=settings.context_tokens,
+        strategy=settings.strategy,
+        max_steps=settings.max_steps,
+        languages=tuple(language_for(name).name for name in settings.languages),
+    )
 
 
 class FillService:
     def __init__(self) -> None:
-        self.engine: InfillEngine | RemoteEngine | None = None
+        self.engine: Engine | None = None
         self.load_error: str | None = None
         self.settings = Settings()
+        self.ready = threading.Event()  # set once the engine has loaded (or failed to)
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diffusion-fill")
         self.engine_calls = 0
         self.docs: dict[str, OpenDocument] = {}
@@ -62,17 +110,24 @@ class FillService:
         self.notify: Callable[[str], None] | None = None  # tells the user (the server's showMessage)
         self._last_error: str | None = None  # an engine fault is told once, until a fill works again
 
-    # -- model
+    # -- engine and settings
+    def configure(self, settings: Settings) -> None:
+        """Take new settings; the engine's options follow at once (no reload)."""
+        self.settings = settings
+        if self.engine is not None:
+            self.engine.options = options_from(settings)
+
     def load(self, settings: Settings) -> str | None:
         """Load the engine the settings name (a remote endpoint, or a model directory);
         returns an error message, or None."""
         self.settings = settings
         old, self.engine = self.engine, None
-        if isinstance(old, RemoteEngine):
+        if old is not None:
             old.close()
+        options = options_from(settings)
         try:
             if settings.endpoint:
-                engine: InfillEngine | RemoteEngine = RemoteEngine(
+                engine = remote_engine(
                     RemoteConfig(
                         endpoint=settings.endpoint,
                         dialect=settings.dialect,  # type: ignore[arg-type]
@@ -81,12 +136,13 @@ class FillService:
                         api_key_env=settings.api_key_env,
                         timeout_s=settings.request_timeout_ms / 1000,
                         verify_tls=settings.tls_verify,
-                    )
+                    ),
+                    options,
                 )
                 where = f"{settings.endpoint} ({settings.dialect})"
             else:
                 model = load_model(Path(settings.model) if settings.model else None, settings.backend, settings.device)
-                engine, where = InfillEngine(model), f"{model.path} ({model.backend} backend)"
+                engine, where = local_engine(model, options), f"{model.path} ({model.backend} backend)"
         except EngineError as exc:
             self.load_error = str(exc)
             log.error("engine not loaded: %s", exc)
@@ -94,6 +150,11 @@ class FillService:
         self.engine, self.load_error, self._last_error = engine, None, None
         log.info("fills from %s", where)
         return None
+
+    async def wait_ready(self) -> None:
+        """Wait (off the event loop) until the engine has loaded or failed to."""
+        if not self.ready.is_set():
+            await asyncio.get_running_loop().run_in_executor(None, self.ready.wait)
 
     # -- documents and cancellation
     def document(self, uri: str) -> OpenDocument:
@@ -146,7 +207,6 @@ class FillService:
         with self._lock:
             self.docs.pop(uri, None)
 
-    # -- fills
     def type_through(self, uri: str, prefix: str, suffix: str) -> str | None:
         """The rest of the last suggestion when the user typed its start, else None
         (engine.candidate.Shown.rest_after, the rule the engine's warm start follows)."""
@@ -154,53 +214,75 @@ class FillService:
         shown = record.shown if record is not None else None
         return shown.rest_after(prefix, suffix) if shown is not None else None
 
-    def submit(
-        self,
-        uri: str,
-        prefix: str,
-        suffix: str,
-        language: str | None,
-        candidates: int,
-        flag: threading.Event,
-        document: Any | None = None,
-        on_draft: Callable[[int, list[str]], None] | None = None,
-        extra_files: list[tuple[str, str]] | None = None,
-    ) -> Future[FillAnswer | None]:
-        """Run a fill on the worker for the request whose flag `begin` gave. The future
-        gives None when the flag was set (a newer request, an edit) before the answer.
-        `document`: the spans Document of prefix + suffix; `on_draft(step, texts)`:
-        called on the worker at each denoising step; `extra_files`: (name, text) of other
-        open files, for engines that take repository context."""
-        rest = self.type_through(uri, prefix, suffix)
-        if rest is not None:
-            done: Future[FillAnswer | None] = Future()
-            done.set_result(FillAnswer([Candidate(text=rest, token_ids=[], confidence=[])], from_type_through=True))
-            return done
-        req = InfillRequest(
-            prefix=prefix,
-            suffix=suffix,
-            language=language,
-            candidates=candidates,
-            control=FillControl(cancel=flag.is_set, on_draft=on_draft),
-            document=document,
-            extra_files=extra_files or [],
-        )
-        return self.worker.submit(self._run, uri, req, flag)
+    # -- the one fill entry
+    async def fill(
+        self, uri: str, req: InfillRequest, kind: FillKind, on_draft: Drafts | None = None
+    ) -> FillAnswer | None:
+        """A fill of the kind a feature wants, or None: superseded, stale, no engine, or an
+        engine bug (logged; the server goes on). `on_draft(step, texts)` is called on the
+        worker at each denoising step."""
+        flag = self.begin(uri) if kind.supersede else threading.Event()
+        if kind.type_through:
+            rest = self.type_through(uri, req.prefix, req.suffix)
+            if rest is not None:
+                return FillAnswer([Candidate(text=rest, token_ids=[], confidence=[])], from_type_through=True)
+        if kind.debounce and self.settings.debounce_ms:
+            await asyncio.sleep(self.settings.debounce_ms / 1000)
+            if flag.is_set():
+                return None
+        await self.wait_ready()
+        try:
+            answer = await asyncio.wrap_future(self.worker.submit(self._run, uri, req, kind, flag, on_draft))
+        except asyncio.CancelledError:  # $/cancelRequest: stop this fill (not a newer one) between steps
+            flag.set()
+            raise
+        except Exception:  # an engine bug: logged, an empty answer, the server goes on
+            log.exception("fill failed for %s", uri)
+            return None
+        return None if answer is None or flag.is_set() else answer
 
-    def _run(self, uri: str, req: InfillRequest, flag: threading.Event) -> FillAnswer | None:
-        engine = self.engine
-        if engine is None or flag.is_set():
+    def _run(
+        self, uri: str, req: InfillRequest, kind: FillKind, flag: threading.Event, on_draft: Drafts | None
+    ) -> FillAnswer | None:
+        """On the worker: the fill (or the joint fill of holes), unless superseded first."""
+        if self.engine is None or flag.is_set():
             return None
-        result = self._fill(engine, req)
-        self._report(result.error)
-        if flag.is_set() or result.stop_reason == "cancelled":
-            return None
-        if result.candidates:
+        control = FillControl(cancel=flag.is_set if kind.supersede else None, on_draft=on_draft)
+        if kind.holes:
+
+            def region(prefix: str, suffix: str, refine: str | None, replaced: str) -> str:
+                sub = replace(req, prefix=prefix, suffix=suffix, region=replaced, refine=refine is not None)
+                return self._once(sub, kind, control).text
+
+            return FillAnswer([], holes=fill_holes_jointly(req.prefix, list(kind.holes), region))
+        answer = self._once(req, kind, control)
+        if kind.type_through and answer.candidates and not flag.is_set():
             with self._lock:
                 record = self.docs.get(uri)
             if record is not None:
-                record.shown = Shown(req.prefix, req.suffix, result.candidates[0].text)
-        return FillAnswer(result.candidates)
+                record.shown = Shown(req.prefix, req.suffix, answer.candidates[0].text)
+        return answer
+
+    def _once(self, req: InfillRequest, kind: FillKind, control: FillControl) -> FillAnswer:
+        """One engine fill, with the settings' deadline when the kind is timed; when the
+        kind retries, the greedy fill alone first (the most likely fill is the first
+        candidate anyway, and sampled rows cost most of a many-candidate fill's steps),
+        the others only when it is blank."""
+        engine = self.engine
+        if engine is None:
+            return FillAnswer([])
+        if kind.timed:
+            control = replace(control, deadline=time.monotonic() + self.settings.deadline_ms / 1000)
+        tries = (kind.candidates, kind.retry_candidates) if kind.retry_candidates else (kind.candidates,)
+        answer = FillAnswer([])
+        for n in tries:
+            self.engine_calls += 1
+            result = engine.fill(replace(req, candidates=n), control)
+            self._report(result.error)
+            answer = FillAnswer(result.candidates)
+            if result.stop_reason == "cancelled" or result.error is not None or answer.text:
+                break
+        return answer
 
     def _report(self, error: str | None) -> None:
         """Tell the user of an engine fault once (not on every keystroke), and again only
@@ -213,56 +295,3 @@ class FillService:
             log.warning("%s", error)
             if self.notify is not None:
                 self.notify(error)
-
-    def _fill(self, engine: InfillEngine | RemoteEngine, req: InfillRequest, timed: bool = True) -> InfillResult:
-        """engine.fill with the settings' budgets, sampler overrides (a remote endpoint
-        decodes as its own server is configured) and, when `timed`, the deadline
-        (completions while typing; a command the user asked for runs to its end)."""
-        s = self.settings
-        overrides: dict[str, Any] = {k: v for k, v in (("strategy", s.strategy), ("max_steps", s.max_steps)) if v}
-        sampler = None
-        if overrides and isinstance(engine, InfillEngine):
-            sampler = replace(engine.default_sampler(), **overrides)
-        control = req.control
-        if timed and control.deadline is None:
-            control = replace(control, deadline=time.monotonic() + s.deadline_ms / 1000)
-        self.engine_calls += 1
-        return engine.fill(
-            replace(
-                req,
-                max_canvas_tokens=s.max_fill_tokens,
-                context_tokens=s.context_tokens,
-                control=control,
-                sampler=sampler,
-            )
-        )
-
-    def fill_region(
-        self, prefix: str, suffix: str, language: str | None, refine: str | None = None, replaced: str = ""
-    ) -> str:
-        """A fill between prefix and suffix, on the worker, for code actions (no type-
-        through, no cancellation): the best candidate that is not blank, or "" when
-        none is (a blank fill would delete the hole or the selection).
-        `refine`: the current text there, whose likely tokens are kept; `replaced`: the
-        text the fill takes the place of (the fill must parse where it did)."""
-        engine = self.engine
-        if engine is None:
-            return ""
-        # the greedy fill alone first: the most likely fill is the first candidate
-        # anyway, and sampled rows cost most of a many-candidate fill's steps (they
-        # rarely grow sure of their end); the others only when it is blank or fails
-        for candidates in (1, REGION_CANDIDATES):
-            req = InfillRequest(
-                prefix=prefix,
-                suffix=suffix,
-                language=language,
-                refine=refine,
-                candidates=candidates,
-                replaced=replaced,
-            )
-            result = self._fill(engine, req, timed=False)
-            self._report(result.error)
-            text = next((c.text for c in result.candidates if c.text.strip()), "")
-            if text or result.error is not None:
-                return text
-        return ""

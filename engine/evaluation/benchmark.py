@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.candidate import Shown
-from engine.infill import InfillEngine, InfillRequest
+from engine.fill import Engine, FillOptions, InfillRequest
+from engine.infill import LocalGenerator, local_engine
 from engine.modeldir import LoadedModel
 
 CONTEXT_TOKENS = 1024
@@ -71,15 +72,16 @@ def _summary(ms: list[float], steps: list[int], tokens: list[int]) -> dict[str, 
     }
 
 
-def _fill_tokens(engine: InfillEngine, text: str) -> int:
+def _fill_tokens(engine: Engine, text: str) -> int:
     """Tokens the fill produced, counting its end-of-fill token."""
-    return len(engine.tok.encode(text)) + 1
+    return engine.generator.count_tokens(text) + 1
 
 
 def run_benchmark(model: LoadedModel, repeats: int = 20) -> dict[str, Any]:
-    engine = InfillEngine(model)
+    engine = local_engine(model, FillOptions(canvas_tokens=CANVAS_TOKENS, context_tokens=CONTEXT_TOKENS))
     cases = positions(bench_sources(), repeats)
-    base = engine.default_sampler()
+    assert isinstance(engine.generator, LocalGenerator)
+    base = engine.generator.default_sampler()
     l2r = replace(base, strategy="left_to_right", max_steps=CANVAS_TOKENS)
     # the autoregressive mode of the same weights, where the model has it
     ar = (
@@ -88,13 +90,8 @@ def run_benchmark(model: LoadedModel, repeats: int = 20) -> dict[str, Any]:
         else None
     )
 
-    def request(prefix: str, suffix: str, **kw: Any) -> InfillRequest:
-        return InfillRequest(
-            prefix=prefix, suffix=suffix, canvas_tokens=CANVAS_TOKENS, context_tokens=CONTEXT_TOKENS, **kw
-        )
-
     # warm-up: load the graphs and allocate buffers
-    engine.fill(request(*cases[0]))
+    engine.fill(InfillRequest(*cases[0]))
     report: dict[str, Any] = {}
     rows: dict[str, tuple[list[float], list[int], list[int]]] = {
         k: ([], [], []) for k in ("cold", "warm", "drafter_on", "drafter_off", "baseline_l2r", "baseline_ar")
@@ -116,7 +113,7 @@ def run_benchmark(model: LoadedModel, repeats: int = 20) -> dict[str, Any]:
         for name, kw in scenarios:
             engine.reset()
             t0 = time.perf_counter()
-            r = engine.fill(request(prefix, suffix, **kw))
+            r = engine.configured(**kw).fill(InfillRequest(prefix, suffix))
             ms = (time.perf_counter() - t0) * 1000
             rows[name][0].append(ms)
             rows[name][1].append(r.steps)
@@ -127,7 +124,7 @@ def run_benchmark(model: LoadedModel, repeats: int = 20) -> dict[str, Any]:
                 typed = r.text[:1] if r.text[:1].strip() else " "
                 # warm: the same context plus one typed character
                 t0 = time.perf_counter()
-                w = engine.fill(request(prefix + typed, suffix, previous=Shown(prefix, suffix, r.text)))
+                w = engine.fill(InfillRequest(prefix + typed, suffix, previous=Shown(prefix, suffix, r.text)))
                 wms = (time.perf_counter() - t0) * 1000
                 rows["warm"][0].append(wms)
                 rows["warm"][1].append(w.steps)

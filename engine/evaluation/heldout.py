@@ -41,7 +41,8 @@ from typing import Any
 
 from engine.errors import InputError
 from engine.evaluation import passk
-from engine.infill import InfillEngine, InfillRequest
+from engine.fill import Engine, InfillRequest
+from engine.infill import LocalGenerator
 from engine.sampler import SamplerConfig, Strategy
 from engine.spans import Document, count_errors, language_for
 from engine.spans.select import MULTI_LINE_BUDGET, PROSE_BUDGET, SINGLE_LINE_BUDGET
@@ -117,7 +118,7 @@ def load_files(data: Path) -> list[tuple[Path, str]]:
 
 
 def draw_tasks(
-    engine: InfillEngine, texts: list[str], kind: str, n: int, rng: random.Random, canvas_tokens: int | None
+    engine: Engine, texts: list[str], kind: str, n: int, rng: random.Random, canvas_tokens: int | None
 ) -> list[Task]:
     """`n` tasks of an eval kind (fewer only when the files hold too few)."""
     cut_kind, max_chars, budget, single = KIND_SPECS[kind]
@@ -129,7 +130,7 @@ def draw_tasks(
         got = cut(rng.choice(texts), cut_kind, rng, max_chars)
         if got is None or not got[1].strip() or (kind == "block_body" and got[1].count("\n") < 2):
             continue  # no such node in this file, a blank middle, or a one-line body
-        fits = len(engine.tok.encode(got[1])) + 1 <= canvas
+        fits = engine.generator.count_tokens(got[1]) + 1 <= canvas
         tries += 1
         if fits or tries >= REDRAWS:
             tasks.append(Task(*got, canvas=canvas, single_line=single, fits=fits))
@@ -138,23 +139,17 @@ def draw_tasks(
 
 
 def run_task(
-    engine: InfillEngine,
+    engine: Engine,
     task: Task,
     sampler: SamplerConfig | None,
     use_drafter: bool | None,
     context_tokens: int | None,
 ) -> Outcome:
     engine.reset()  # independent, cold fills: no cached context
-    r = engine.fill(
-        InfillRequest(
-            prefix=task.prefix,
-            suffix=task.suffix,
-            sampler=sampler,
-            use_drafter=use_drafter,
-            canvas_tokens=task.canvas,
-            context_tokens=context_tokens,
-        )
+    run = engine.configured(
+        sampler=sampler, use_drafter=use_drafter, canvas_tokens=task.canvas, context_tokens=context_tokens
     )
+    r = run.fill(InfillRequest(prefix=task.prefix, suffix=task.suffix))
     fill = r.text.split("\n", 1)[0] if task.single_line else r.text
     ids = r.candidates[0].token_ids if r.candidates else []
     return Outcome(
@@ -230,7 +225,7 @@ def summarize(tasks: list[Task], outcomes: list[Outcome]) -> dict[str, Any]:
 
 
 def evaluate_dir(
-    engine: InfillEngine,
+    engine: Engine,
     data: Path,
     tasks: int = 500,
     seed: int = 0,
@@ -247,11 +242,13 @@ def evaluate_dir(
     "function_body" (when `functions` > 0)."""
     files = load_files(data)
     texts = [t for _, t in files]
-    base = sampler or engine.default_sampler()
+    local = engine.generator
+    assert isinstance(local, LocalGenerator), "the held-out eval runs a local model"
+    base = sampler or local.default_sampler()
     rng = random.Random(seed)
     report: dict[str, Any] = {"data": str(data), "files": len(files), "seed": seed}
     runs: dict[str, dict[str, tuple[list[Task], list[Outcome]]]] = {"diffusion": {}, "baseline": {}, "empty": {}}
-    one_by_one: Strategy = "autoregressive" if engine.den.info.autoregressive else "left_to_right"
+    one_by_one: Strategy = "autoregressive" if local.den.info.autoregressive else "left_to_right"
 
     def run_kind(kind: str, kind_tasks: list[Task]) -> None:
         runs["diffusion"][kind] = (
@@ -278,7 +275,7 @@ def evaluate_dir(
         kept, checked = passk.keep_passing(mined, functions, timeout)
         canvas = canvas_tokens or MULTI_LINE_BUDGET
         fn_tasks = [
-            Task(fn.prefix, fn.middle, fn.suffix, canvas, False, len(engine.tok.encode(fn.middle)) + 1 <= canvas)
+            Task(fn.prefix, fn.middle, fn.suffix, canvas, False, engine.generator.count_tokens(fn.middle) + 1 <= canvas)
             for fn in kept
         ]
         run_kind("function_body", fn_tasks)
@@ -305,13 +302,13 @@ def evaluate_dir(
             {"functions_mined": len(mined), "functions_checked": checked, "functions_kept": len(kept)}
         )
     report["setup"] = {
-        "model": str(engine.model.path),
-        "backend": engine.model.backend,
+        "model": str(local.model.path),
+        "backend": local.model.backend,
         "strategy": base.strategy,
         "max_steps": base.max_steps,
         "entropy_bound": base.entropy_bound,
-        "drafter": use_drafter if use_drafter is not None else bool(engine.defaults.get("drafter", True)),
-        "context_tokens": context_tokens or engine.defaults.get("context_tokens"),
+        "drafter": use_drafter if use_drafter is not None else bool(local.defaults.get("drafter", True)),
+        "context_tokens": context_tokens or local.defaults.get("context_tokens"),
         "canvas_tokens": canvas_tokens
         or {"single_line": SINGLE_LINE_BUDGET, "random_span": PROSE_BUDGET, "block_body": MULTI_LINE_BUDGET},
         "baseline": f"{one_by_one}, one token per step, drafter off" if baseline else None,

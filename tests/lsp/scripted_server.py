@@ -4,7 +4,7 @@ depend on what the shipped weights happen to write.
     python tests/lsp/scripted_server.py --script SCRIPT.json [diffusion-lsp options]
     python tests/lsp/scripted_server.py --script-json '{"default": "x = 1"}' [...]
 
-runs `lsp_server`'s own main (real pygls over stdio, real settings, InfillEngine, sampler,
+runs `lsp_server`'s own main (real pygls over stdio, real settings, engine, sampler,
 spans and syntax validation), with one thing replaced: the model loader the fill service
 calls (`lsp_server.service.load_model`). The model it loads has the real tokenizer and
 config.json of the model directory (the shipped one unless the settings name another;

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.infill import InfillEngine, InfillRequest
+from engine.fill import Engine, InfillRequest
+from engine.infill import local_engine
 from engine.modeldir import DEFAULT_MODEL_DIR, read_config
 from lsp_server.client import StdioClient
 from tests.lsp.scripted_server import Script, scripted_loader
@@ -31,28 +32,28 @@ SCRIPT = Script.parse(
 
 
 @pytest.fixture(scope="module")
-def engine() -> InfillEngine:
-    return InfillEngine(scripted_loader(SCRIPT)())
+def engine() -> Engine:
+    return local_engine(scripted_loader(SCRIPT)())
 
 
-def fill(engine: InfillEngine, prefix: str, suffix: str, **kw: object) -> list[str]:
+def fill(engine: Engine, prefix: str, suffix: str, **kw: object) -> list[str]:
     req = InfillRequest(prefix=prefix, suffix=suffix, language="python", **kw)  # type: ignore[arg-type]
     return [c.text for c in engine.fill(req).candidates]
 
 
-def test_the_engine_writes_the_fill_the_first_matching_rule_names(engine: InfillEngine) -> None:
+def test_the_engine_writes_the_fill_the_first_matching_rule_names(engine: Engine) -> None:
     assert fill(engine, "def area(w, h):\n    ", "\n\n\ndef perimeter(w, h):\n    pass\n") == ["return w * h"]
     assert fill(engine, "def area(w, h):\n    ", "\n") == ["return 0"]
     assert fill(engine, "", "\n") == ["x = 1"]  # no rule: the default
 
 
-def test_each_candidate_row_gets_its_own_fill(engine: InfillEngine) -> None:
+def test_each_candidate_row_gets_its_own_fill(engine: Engine) -> None:
     assert fill(engine, "print(", ")\n", candidates=3) == ["w", "h"]  # the last repeats (a duplicate: dropped)
 
 
-def test_a_refinement_ends_at_the_scripted_fill_too(engine: InfillEngine) -> None:
+def test_a_refinement_ends_at_the_scripted_fill_too(engine: Engine) -> None:
     prefix, suffix = "def area(w, h):\n    ", "\n"
-    assert fill(engine, prefix, suffix, refine="return w + h", replaced="return w + h") == ["return 0"]
+    assert fill(engine, prefix, suffix, region="return w + h", refine=True) == ["return 0"]
 
 
 def test_the_model_has_the_directory_s_special_ids_and_no_autoregressive_mode(tmp_path: Path) -> None:

@@ -1,12 +1,14 @@
-"""FillService.fill_region (code actions): the greedy fill alone first, the sampled
-candidates only when it gives nothing usable. A fake engine with known answers; the
-real engine's candidates are tested in tests/engine."""
+"""FillService.fill of the REGION kind (code actions): the greedy fill alone first, the
+sampled candidates only when it gives nothing usable. A fake engine with known answers;
+the real engine's candidates are tested in tests/engine."""
 
 from __future__ import annotations
 
+import asyncio
+
 from engine.candidate import Candidate
-from engine.infill import InfillRequest, InfillResult
-from lsp_server.service import REGION_CANDIDATES, FillService
+from engine.fill import FillControl, InfillRequest, InfillResult
+from lsp_server.service import REGION, REGION_CANDIDATES, FillService
 
 
 class AnswerBook:
@@ -17,7 +19,7 @@ class AnswerBook:
         self.error = error
         self.asked: list[int] = []
 
-    def fill(self, req: InfillRequest) -> InfillResult:
+    def fill(self, req: InfillRequest, control: FillControl | None = None) -> InfillResult:
         self.asked.append(req.candidates)
         texts = self.answers.get(req.candidates, [])
         return InfillResult(
@@ -30,21 +32,28 @@ class AnswerBook:
 def service(engine: AnswerBook) -> FillService:
     fills = FillService()
     fills.engine = engine  # type: ignore[assignment]
+    fills.ready.set()
     return fills
+
+
+def region(fills: FillService, prefix: str, suffix: str, region: str = "") -> str:
+    answer = asyncio.run(fills.fill("file:///a.py", InfillRequest(prefix, suffix, "python", region=region), REGION))
+    assert answer is not None
+    return answer.text
 
 
 def test_a_usable_greedy_fill_is_the_answer_without_sampling_more() -> None:
     engine = AnswerBook({1: ["return 0"], REGION_CANDIDATES: ["never asked"]})
-    assert service(engine).fill_region("def f():\n    ", "\n", "python", replaced="pass") == "return 0"
+    assert region(service(engine), "def f():\n    ", "\n", "pass") == "return 0"
     assert engine.asked == [1]
 
 
 def test_a_blank_or_failed_greedy_fill_asks_for_more_candidates() -> None:
     engine = AnswerBook({1: ["   "], REGION_CANDIDATES: ["", "  ", "return 1"]})
-    assert service(engine).fill_region("def f():\n    ", "\n", "python", replaced="pass") == "return 1"
+    assert region(service(engine), "def f():\n    ", "\n", "pass") == "return 1"
     assert engine.asked == [1, REGION_CANDIDATES]
     nothing = AnswerBook({1: [], REGION_CANDIDATES: [" "]})  # no candidate parsed
-    assert service(nothing).fill_region("def f():\n    ", "\n", "python") == ""
+    assert region(service(nothing), "def f():\n    ", "\n") == ""
     assert nothing.asked == [1, REGION_CANDIDATES]
 
 
@@ -53,5 +62,5 @@ def test_an_engine_fault_is_not_retried() -> None:
     told: list[str] = []
     fills = service(engine)
     fills.notify = told.append
-    assert fills.fill_region("a = ", "\n", "python") == ""
+    assert region(fills, "a = ", "\n") == ""
     assert engine.asked == [1] and told == [engine.error]

@@ -12,12 +12,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
-import json, sys
+import asyncio, json, sys
+from engine.fill import InfillRequest
 from lsp_server.server import create_server
+from lsp_server.service import REGION
 from lsp_server.settings import Settings
 server = create_server()
 assert server.fills.load(Settings()) is None, server.fills.load_error
-answer = server.fills.fill_region("def add(a, b):\\n    return ", "\\n", "python")
+server.fills.ready.set()
+request = InfillRequest("def add(a, b):\\n    return ", "\\n", "python")
+answer = asyncio.run(server.fills.fill("file:///a.py", request, REGION))
 print(json.dumps(sorted(sys.modules)))
 """
 

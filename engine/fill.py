@@ -1,0 +1,292 @@
+"""The one engine: the framing of every fill, written once, over a generator of raw candidates.
+
+`Engine.fill(request, control)` does, for every backend alike:
+
+  1. plan the span (engine.syntax.plan_fill): what the fill completes, one line or many,
+     and its length budget, before anything is generated;
+  2. size the budget: the span's, within the longest fill the generator makes, grown to
+     hold the region a fill replaces, capped by the user's maxFillTokens;
+  3. generate raw candidates: the backend's one job (`Generator.generate`): the local
+     denoiser (engine.infill: the embedded model, DiffusionGemma, any Denoiser) or a
+     remote inference server (engine.remote, one class for its dialects);
+  4. drop duplicates and blank alternatives;
+  5. fit the indentation to the cursor's line;
+  6. check the syntax (engine.syntax.check_candidates): cut, drop and rank candidates.
+
+What to fill is the `InfillRequest`; how long and how to sample (budgets, sampler
+settings) are the engine's `FillOptions`, set once when it is made (from the server's
+settings or the CLI's flags); how the caller steers a run (deadline, cancel flag, drafts)
+is the `FillControl` of each call. A model knows the languages it was trained on
+(`Generator.languages`): a request in another language gets no fill, and one log line per
+language says why, unless the options name that language.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from engine.candidate import Candidate, Shown
+from engine.sampler import SamplerConfig
+from engine.spans import language_for
+from engine.syntax import FillPlan, check_candidates, plan_fill
+from engine.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+REGION_SLACK_TOKENS = 16  # a fill in place of a region may grow this much past it
+
+
+@dataclass(frozen=True)
+class FillControl:
+    """How the caller steers a fill while it runs, apart from what to fill."""
+
+    deadline: float | None = None  # time.monotonic() value: stop with what there is
+    cancel: Callable[[], bool] | None = None  # checked between steps; True stops the fill
+    on_draft: Callable[[int, list[str]], None] | None = None  # each step: its number, each candidate's text
+
+
+@dataclass(frozen=True)
+class FillOptions:
+    """Budgets and sampling, set when the engine is made (the server maps its Settings
+    here once per change; the CLI its flags). None: the model's or the span's value."""
+
+    canvas_tokens: int | None = None  # an exact fill length; None: the span's budget, else the model's default
+    max_canvas_tokens: int | None = None  # a cap on the span's budget (the user's maxFillTokens)
+    context_tokens: int | None = None
+    sampler: SamplerConfig | None = None  # a whole sampler; None: the model's default for the span's shape
+    strategy: str | None = None  # ... or only these over that default
+    max_steps: int | None = None
+    use_drafter: bool | None = None
+    seed: int | None = 0
+    languages: tuple[str, ...] = ()  # languages filled even when the model was not trained on them
+
+
+@dataclass
+class InfillRequest:
+    """What to fill: the text around it, its language, the region it replaces, how many
+    candidates; and what the caller knows that helps (the fill shown last, other files,
+    the parsed document)."""
+
+    prefix: str
+    suffix: str = ""
+    language: str | None = None  # a language name or LSP languageId; None: no span, no check
+    candidates: int = 1
+    region: str = ""  # the text between prefix and suffix the fill takes the place of (a hole, a selection)
+    refine: bool = False  # keep the region's tokens the model finds likely, re-fill the rest
+    previous: Shown | None = None  # the fill shown last here: typing its start warm-starts the canvas
+    extra_files: list[tuple[str, str]] = field(default_factory=list)  # (name, text): repository context
+    document: Any | None = None  # the caller's spans.Document of prefix + suffix, if it keeps one
+    check_syntax: bool = True  # with a language that has a grammar: validate and cut candidates
+    min_tokens: int | None = None  # None: 1 on a blank line (a line is wanted there), else 0
+
+
+@dataclass
+class InfillResult:
+    candidates: list[Candidate]
+    steps: int = 0  # forward passes (or tokens decoded, in the autoregressive mode)
+    stop_reason: str = "complete"
+    context_tokens: int = 0
+    reused_tokens: int = 0  # context tokens whose keys/values came from the cache
+    encode_ms: float = 0.0
+    denoise_ms: float = 0.0
+    drafted: int = 0  # canvas positions proposed by the drafter or the warm start
+    warm_start: bool = False
+    warnings: list[str] = field(default_factory=list)
+    canvas_tokens: int = 0  # the fill length it ran with (the budget, for a remote engine)
+    span: str | None = None  # the span kind that sized it (engine.spans.SpanKind); None without a language
+    error: str | None = None  # why there is no fill (a remote engine's fault), for the user
+    passes: int = 0  # sequential forward passes of the model (steps, plus scoring and verification)
+
+    @property
+    def text(self) -> str:
+        return self.candidates[0].text if self.candidates else ""
+
+    @property
+    def total_ms(self) -> float:
+        return self.encode_ms + self.denoise_ms
+
+
+@dataclass(frozen=True)
+class FillLimits:
+    """How long a generator's fills may be, in its tokens."""
+
+    default: int  # the fill length without a span (no language)
+    longest: int | None  # span budgets are capped at this (the longest canvas a model was trained on)
+    hard: int | None  # nothing is longer (what the model holds besides a minimal context)
+
+
+@dataclass
+class Job:
+    """One fill for a generator: the request, its planned span and budget, the options
+    and the control; `warnings` collects what the user should be told."""
+
+    request: InfillRequest
+    options: FillOptions
+    control: FillControl
+    plan: FillPlan | None
+    budget: int  # tokens: the longest fill wanted
+    warnings: list[str]
+
+
+class Generator(Protocol):
+    """A backend: raw candidates for a planned fill, best first (not yet deduplicated,
+    indentation as the model wrote it, syntax unchecked)."""
+
+    @property
+    def limits(self) -> FillLimits: ...
+
+    @property
+    def languages(self) -> frozenset[str] | None: ...  # the languages its model knows; None: any
+
+    @property
+    def takes_extra_files(self) -> bool: ...  # whether it sends other files as repository context
+
+    @property
+    def tokenizer(self) -> Tokenizer | None: ...  # cuts candidates to the tokens that fit; None: text only
+
+    def count_tokens(self, text: str) -> int: ...
+
+    def generate(self, job: Job) -> InfillResult: ...
+
+    def reset(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Engine:
+    """Fills with one generator and one set of options; the only engine the server and the
+    CLI hold."""
+
+    def __init__(self, generator: Generator, options: FillOptions | None = None) -> None:
+        self.generator = generator
+        self.options = options if options is not None else FillOptions()
+        self._told: set[str] = set()  # languages already logged as not the model's
+
+    @property
+    def takes_extra_files(self) -> bool:
+        return self.generator.takes_extra_files
+
+    def configured(self, **changes: Any) -> Engine:
+        """The same generator (and its caches) with other options."""
+        return Engine(self.generator, replace(self.options, **changes))
+
+    def reset(self) -> None:
+        """Forget cached contexts: the next fill is cold."""
+        self.generator.reset()
+
+    def close(self) -> None:
+        self.generator.close()
+
+    def fill(self, req: InfillRequest, control: FillControl | None = None) -> InfillResult:
+        warnings: list[str] = []
+        req = replace(
+            req,
+            prefix=_valid_text(req.prefix, "prefix", warnings),
+            suffix=_valid_text(req.suffix, "suffix", warnings),
+        )
+        if not self._knows(req.language):
+            return InfillResult(candidates=[], stop_reason="language", warnings=warnings)
+        plan = plan_fill(req.prefix, req.suffix, req.language, req.document, req.region)  # 1
+        budget = self.budget(req, plan, warnings)  # 2
+        job = Job(req, self.options, control or FillControl(), plan, budget, warnings)
+        result = self.generator.generate(job)  # 3
+        cands = [replace(c, text=fit_indent(req.prefix, c.text)) for c in distinct(result.candidates)]  # 4, 5
+        if plan is not None and req.check_syntax:  # 6
+            cands = check_candidates(
+                self.generator.tokenizer,
+                cands,
+                req.prefix,
+                req.suffix,
+                req.language,
+                plan.document,
+                req.region,
+                plan.span,
+            )
+        result.candidates = cands
+        result.span = plan.span.kind if plan is not None else None
+        result.warnings = warnings + [w for w in result.warnings if w not in warnings]
+        for w in warnings:
+            log.warning("%s", w)
+        return result
+
+    def budget(self, req: InfillRequest, plan: FillPlan | None, warnings: list[str]) -> int:
+        """The fill's length budget in the generator's tokens: the options' exact length if
+        they give one; else the span's budget within the generator's longest fill, grown
+        to hold the region the fill replaces (a shorter one would cut a rewrite short);
+        else the generator's default. maxFillTokens caps the last two."""
+        lim, opts = self.generator.limits, self.options
+        if opts.canvas_tokens is not None:
+            n = opts.canvas_tokens
+        else:
+            if plan is None:
+                n = lim.default
+            else:
+                n = plan.span.budget if lim.longest is None else min(plan.span.budget, lim.longest)
+            if req.region:
+                n = max(n, self.generator.count_tokens(req.region) + REGION_SLACK_TOKENS)
+                n = n if lim.hard is None else min(n, lim.hard)
+            if opts.max_canvas_tokens is not None:
+                n = min(n, opts.max_canvas_tokens)
+        hard = lim.hard if lim.hard is not None else max(n, 1)
+        if not 1 <= n <= hard:
+            clamped = min(max(n, 1), hard)
+            warnings.append(f"canvas length {n} is out of range 1..{hard}; using {clamped}")
+            n = clamped
+        return n
+
+    def _knows(self, language: str | None) -> bool:
+        """Whether the generator's model was trained on `language` (or the options ask for
+        it anyway); a language it does not know is logged once per engine."""
+        known = self.generator.languages
+        if known is None or not language:
+            return True
+        name = language_for(language).name
+        if name in known or name in {language_for(x).name for x in self.options.languages}:
+            return True
+        if name not in self._told:
+            self._told.add(name)
+            log.info(
+                "no local fills in %s: the model knows only %s (set `languages` to include %s to try it anyway, "
+                "or use a remote engine: docs/remote.md)",
+                name,
+                ", ".join(sorted(known)),
+                name,
+            )
+        return False
+
+
+def distinct(cands: list[Candidate]) -> list[Candidate]:
+    """The candidates without repeats and without blank alternatives (the first, the
+    greedy fill, is kept even when blank: it is the answer there is)."""
+    seen: set[str] = set()
+    out = []
+    for i, c in enumerate(cands):
+        if c.text in seen or (i > 0 and not c.text.strip()):
+            continue
+        seen.add(c.text)
+        out.append(c)
+    return out
+
+
+def fit_indent(prefix: str, fill: str) -> str:
+    """The fill, without the indentation its first line repeats when the cursor's line
+    holds only the indentation the editor already put there (a new line in a block):
+    the editor's indentation is kept, the fill's dropped, so the line is not indented
+    twice."""
+    line = prefix[max(prefix.rfind("\n"), prefix.rfind("\r")) + 1 :]
+    if not line or line.strip(" \t"):
+        return fill
+    return fill.lstrip(" \t")
+
+
+def _valid_text(text: str, what: str, warnings: list[str]) -> str:
+    """`text`, with lone surrogates (not valid Unicode, e.g. from JSON "\\ud800") replaced."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        warnings.append(f"the {what} holds characters that are not valid Unicode; they were replaced with U+FFFD")
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
