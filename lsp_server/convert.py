@@ -9,6 +9,7 @@ from typing import Any
 
 from lsprotocol import types
 
+from engine.spans.lines import LINE_BREAK, line_start
 from lsp_server.service import FillAnswer
 
 COMPLETION_LABEL_CHARS = 60  # a completion item's label shows this much of the fill
@@ -31,7 +32,6 @@ class Where:
 
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)?")
-_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 def _utf16(s: str) -> int:
@@ -73,9 +73,8 @@ def position_at(doc: Any, offset: int) -> types.Position:
     text: str = doc.source
     offset = max(0, min(offset, len(text)))
     before = text[:offset]
-    line = len(_BREAK.findall(before))
-    start = max(before.rfind("\n"), before.rfind("\r")) + 1
-    return types.Position(line, _utf16(before[start:]))
+    line = len(LINE_BREAK.findall(before))
+    return types.Position(line, _utf16(before[line_start(before, offset) :]))
 
 
 def inline_items(answer: FillAnswer, where: Where | None) -> types.InlineCompletionList | None:
@@ -100,8 +99,7 @@ def word_before(doc: Any, where: Where) -> Where:
     hides an item whose text does not start with it)."""
     if where.replace_from is not None:
         return where
-    line_start = max(doc.source.rfind("\n", 0, where.offset), doc.source.rfind("\r", 0, where.offset)) + 1
-    m = _WORD_END.search(doc.source[line_start : where.offset])
+    m = _WORD_END.search(doc.source[line_start(doc.source, where.offset) : where.offset])
     if m is None:
         return where
     start = types.Position(where.position.line, where.position.character - _utf16(m.group(0)))

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from engine.spans.document import Document
+from engine.spans.lines import next_line_start
 from engine.spans.select import MULTI_LINE_BUDGET, Span, _hole, _line_at, in_string
 
 # Node types that hold a body of statements (an empty one is a hole).
@@ -90,8 +91,8 @@ def find_holes(doc: Document) -> list[Span]:
         hole = _hole(text, line, doc.lang)
         if hole is not None and not (doc.tree is not None and in_string(text, hole.start, doc.lang, doc.tree)):
             holes.append(hole)
-        nxt = line.end + (2 if text.startswith("\r\n", line.end) else 1)
-        if nxt <= pos:
+        nxt = next_line_start(text, pos)
+        if nxt == line.end:  # no line break: the last line
             break
         pos = nxt
     if doc.tree is not None and doc.lang.block_open:  # braces: `{}` is an empty body

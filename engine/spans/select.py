@@ -7,10 +7,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from engine.spans.languages import Language, parser_for
+from engine.spans.lines import line_end, line_start
 
-SpanKind = Literal["hole", "string", "comment", "argument_list", "expression", "block", "statement", "line"]
+SpanKind = Literal["hole", "string", "comment", "argument_list", "expression", "block", "statement", "lines", "line"]
 
 SINGLE_LINE_BUDGET = 32  # canvas tokens for a one-line fill
+# ... for a whole line with its indentation and line break, inserted before an existing
+# line (whole-line middles of the standard library: p95 25 tokens, p99 36, max 55)
+WHOLE_LINE_BUDGET = 40
 PROSE_BUDGET = 64  # ... for prose in a multi-line string or comment
 MULTI_LINE_BUDGET = 128  # ... for a block body or a hole
 BRACKET_LOOKBACK = 4000  # characters scanned back for an open bracket
@@ -85,7 +89,7 @@ CALL_LEADS = frozenset(
         "puts",
     }
 )
-TOP_LEVEL_LINE = re.compile(r"\n(?=[^\s)\]}])")
+TOP_LEVEL_LINE = re.compile(r"(?:\r\n?|\n)(?=[^\s)\]}])")  # a line break before a line at column 0
 
 
 @dataclass(frozen=True)
@@ -107,12 +111,7 @@ class _Line:
 
 def _line_at(text: str, cursor: int) -> _Line:
     """The line holding `cursor`; lines end at \\n, \\r\\n or \\r (searches stay within it)."""
-    nl = text.rfind("\n", 0, cursor)
-    start = max(nl, text.rfind("\r", nl + 1, cursor)) + 1
-    end = text.find("\n", cursor)
-    end = len(text) if end == -1 else end
-    cr = text.find("\r", cursor, end)
-    end = cr if cr != -1 else end
+    start, end = line_start(text, cursor), line_end(text, cursor)
     return _Line(start, end, text[start:cursor], text[cursor:end])
 
 
@@ -170,7 +169,7 @@ def _open_bracket(text: str, cursor: int, comment: str = "") -> tuple[str, str] 
     # a line that starts at column 0 starts a new top-level statement: brackets left open
     # before it belong to broken code, not to the cursor
     for top in TOP_LEVEL_LINE.finditer(text, start, max(start, _line_at(text, cursor).start)):
-        start = top.start() + 1  # the last one wins
+        start = top.end()  # the last one wins
     stack: list[int] = []
     quote = ""
     i = start
@@ -179,11 +178,10 @@ def _open_bracket(text: str, cursor: int, comment: str = "") -> tuple[str, str] 
         if quote:
             if ch == "\\":
                 i += 1
-            elif ch == quote or (ch == "\n" and quote != "`"):
+            elif ch == quote or (ch in "\r\n" and quote != "`"):
                 quote = ""
         elif comment and text.startswith(comment, i):  # skip a line comment
-            nl = text.find("\n", i, cursor)
-            i = cursor if nl == -1 else nl
+            i = min(line_end(text, i), cursor)
             continue
         elif ch in "\"'`":
             quote = ch
@@ -272,6 +270,8 @@ def select_span(text: str, cursor: int, lang: Language, tree: Any | None = None)
         return Span(cursor, cursor, kind if tree is not None else "line", False, SINGLE_LINE_BUDGET)
 
     block = Span(cursor, cursor, "block", True, MULTI_LINE_BUDGET)
+    if not line.before and line.after.strip():  # column 0 of a line holding code: insert whole lines
+        return Span(cursor, cursor, "lines", False, WHOLE_LINE_BUDGET)
     bracket = _open_bracket(text, cursor, lang.line_comment)
     if line.after.strip():  # mid-line: the rest of the line is kept
         return one_line(_bracket_kind(bracket) if bracket else "expression")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from engine.candidate import Candidate
 from engine.spans import (
     Document,
     count_errors,
@@ -15,6 +16,8 @@ from engine.spans import (
     select_span,
     validate_fill,
 )
+from engine.spans.validate import whole_lines_break
+from engine.syntax import check_candidates
 
 PY = language_for("python")
 JS = language_for("javascript")
@@ -184,3 +187,106 @@ def test_selection_bounds_are_clamped_and_ordered() -> None:
     d = Document("abc\n", PY)
     assert expand_selection(d, 3, 0) == expand_selection(d, 0, 3)
     assert expand_selection(d, -5, 100) == (0, 4)
+
+
+GO = language_for("go")
+# column 0 of a line holding code (the usual fill-in-the-middle form: the prefix ends with
+# a line break, the suffix starts with the next line): the fill is whole lines
+PY_LINE = "import os\n\n\ndef f(x):\n    y = x + 1\n‸    return y\n"
+JS_LINE = "function f(a) {\n  const b = a + 1;\n‸  return b;\n}\n"
+GO_LINE = "package main\n\nfunc f(a int) int {\n\tb := a + 1\n‸\treturn b\n}\n"
+
+
+@pytest.mark.parametrize(
+    ("doc", "lang", "fill", "status", "kept"),
+    [
+        (PY_LINE, PY, "    z = y * 2\n", "ok", "    z = y * 2\n"),  # a whole line, as it is
+        (PY_LINE, PY, "    z = y * 2", "ok", "    z = y * 2\n"),  # its line break added
+        (PY_LINE, PY, "    z = y * 2\n    ", "ok", "    z = y * 2\n"),  # the next line's indentation dropped
+        (PY_LINE, PY, "    z = 1\n    w = 2", "ok", "    z = 1\n    w = 2\n"),
+        (PY_LINE, PY, "    if y:", "ok", "    if y:\n"),  # an opener: the next line is its body
+        (PY_LINE, PY, "    @property", "rejected", ""),  # a decorator before a return: no
+        (PY_LINE, PY, "    z = (", "rejected", ""),  # never merged into `return y`
+        (PY_LINE, PY, "    (((", "rejected", ""),
+        (PY_LINE, PY, "", "ok", ""),  # nothing to insert: no line break either
+        (JS_LINE, JS, "  const c = b * 2;\n", "ok", "  const c = b * 2;\n"),
+        (JS_LINE, JS, "  const c = b * 2;", "ok", "  const c = b * 2;\n"),
+        (JS_LINE, JS, "  if (b > 2)", "ok", "  if (b > 2)\n"),
+        # `c = b *` before `return b;` would be `c = b * return b;`; `c = b` before it runs
+        # on into nothing (a statement of its own after automatic semicolon insertion)
+        (JS_LINE, JS, "  c = b *", "truncated", "  c = b\n"),
+        (JS_LINE, JS, "  foo(b));", "truncated", "  foo(b)\n"),
+        (GO_LINE, GO, "\tc := b * 2\n", "ok", "\tc := b * 2\n"),
+        (GO_LINE, GO, "\tc := b * 2", "ok", "\tc := b * 2\n"),
+        (GO_LINE, GO, "\tc := b * 2\n\t", "ok", "\tc := b * 2\n"),
+        (GO_LINE, GO, "\tb = b +", "truncated", "\tb = b\n"),
+        (GO_LINE, GO, "\t}}", "rejected", ""),
+    ],
+)
+def test_whole_lines_at_column_0(doc: str, lang: object, fill: str, status: str, kept: str) -> None:
+    cursor = doc.index("‸")
+    text = doc.replace("‸", "")
+    span = select_span(text, cursor, lang)  # type: ignore[arg-type]
+    assert (span.kind, span.multiline, span.start, span.end) == ("lines", False, cursor, cursor)
+    verdict = validate_fill(Document(text, lang), cursor, fill)  # type: ignore[arg-type]
+    assert (verdict.status, verdict.fill) == (status, kept)
+
+
+@pytest.mark.parametrize(
+    ("prefix", "suffix", "lang", "fill", "kept"),
+    [
+        # most grammars read on across a line break that cannot end a statement: `x =`
+        # before `y = 1` parses as `x = y = 1`, which must not pass for a whole line
+        ("A = 1\n", "B = 2\n", PY, "C =", "C\n"),
+        ("let a = 1;\n", "b = 2;\n", JS, "c =", "c\n"),
+        ("int f(void) {\n  int x;\n", "  x = 2;\n  return x;\n}\n", language_for("c"), "  int", ""),  # not `int x = 2;`
+        ("int f(void) {\n  int x;\n", "  x = 2;\n  return x;\n}\n", language_for("c"), "  x = 1;", "  x = 1;\n"),
+        # ... unless that removes errors: the next line closes the bracket the fill opens
+        ("x = 1\n", "    2, 3)\n", PY, "y = f(1,", "y = f(1,\n"),
+    ],
+)
+def test_a_whole_line_does_not_run_on_into_the_next(
+    prefix: str, suffix: str, lang: object, fill: str, kept: str
+) -> None:
+    verdict = validate_fill(Document(prefix + suffix, lang), len(prefix), fill)  # type: ignore[arg-type]
+    assert verdict.fill == kept
+
+
+@pytest.mark.parametrize("eol", ["\n", "\r\n", "\r"])
+def test_a_whole_line_gets_the_documents_line_break(eol: str) -> None:
+    prefix = eol.join(["def f(x):", "    y = x", ""])
+    text = prefix + eol.join(["    return y", ""])
+    assert whole_lines_break(text, len(prefix)) == eol
+    assert whole_lines_break(text, 0) == eol  # at the start of the text: the first line's
+    assert whole_lines_break(text, len(prefix) + 1) == ""  # not at column 0
+    assert whole_lines_break(text, len(text)) == ""  # no code after the cursor
+    if eol != "\r":  # the grammars do not take a lone \r for a line break
+        assert validate_fill(Document(text, PY), len(prefix), "    z = y").fill == "    z = y" + eol
+
+
+def test_replacing_whole_lines_keeps_the_line_break() -> None:
+    text = "def f(x):\n    y = x\n    return y\n"
+    start, end = text.index("    y"), text.index("    return")  # the whole line `y = x`, break included
+    verdict = validate_fill(Document(text, PY), end, "    y = x * 2", start=start)
+    assert (verdict.status, verdict.fill) == ("ok", "    y = x * 2\n")
+
+
+@pytest.mark.parametrize(
+    ("raw", "kept"),
+    [
+        ("    z = y * 2\n", ["    z = y * 2\n"]),
+        ("    z = y * 2", ["    z = y * 2\n"]),
+        ("    z = y * 2\n    w = 1\n", ["    z = y * 2\n"]),  # one line: the rest is cut
+        ("    z = y *", ["    z = y\n"]),  # cut, and never run into `return y`
+        ("  z = 1\n", []),  # indentation CPython refuses
+        ("", [""]),
+    ],
+)
+def test_check_candidates_keeps_whole_lines_at_column_0(raw: str, kept: list[str]) -> None:
+    """The infill path (engine.syntax) with fixed candidates: the one-line cut keeps a
+    whole line, with its line break, before the next line (once every candidate there
+    was dropped for running into it)."""
+    cursor = PY_LINE.index("‸")
+    prefix, suffix = PY_LINE[:cursor], PY_LINE[cursor + 1 :]
+    out = check_candidates(None, [Candidate(text=raw, token_ids=[], confidence=[])], prefix, suffix, "python")
+    assert [c.text for c in out] == kept
