@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from engine.candidate import Candidate, Shown
 from engine.sampler import SamplerConfig
 from engine.spans import language_for
+from engine.spans.document import valid_unicode
 from engine.syntax import FillPlan, check_candidates, plan_fill
 from engine.tokenizer import Tokenizer
 
@@ -283,10 +284,9 @@ def fit_indent(prefix: str, fill: str) -> str:
 
 
 def _valid_text(text: str, what: str, warnings: list[str]) -> str:
-    """`text`, with lone surrogates (not valid Unicode, e.g. from JSON "\\ud800") replaced."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
+    """`text`, with lone surrogates (not valid Unicode, e.g. from JSON "\\ud800") replaced
+    as a spans.Document replaces them (one for one, so the caller's tree still matches)."""
+    valid = valid_unicode(text)
+    if valid != text:
         warnings.append(f"the {what} holds characters that are not valid Unicode; they were replaced with U+FFFD")
-        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return valid

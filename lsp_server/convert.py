@@ -35,7 +35,8 @@ _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)?")
 
 
 def _utf16(s: str) -> int:
-    return len(s.encode("utf-16-le")) // 2
+    """UTF-16 code units of `s`; a lone surrogate (a JSON "\\ud800" escape) counts as one."""
+    return len(s.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def _line_at(text: str, line: int) -> tuple[int, int, str]:

@@ -8,6 +8,7 @@ parses a candidate (the document with a fill inserted) the same way, for validat
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from engine.spans.languages import Language, parser_for
@@ -62,10 +63,21 @@ def reparse(parser: Any, tree: Any, old: bytes, new: bytes, edit: tuple[int, int
     return parser.parse(new, edited)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_unicode(text: str) -> str:
+    """`text` with each lone surrogate (not valid Unicode: a JSON "\\ud800" escape from a
+    broken client) replaced by U+FFFD, one for one, so that offsets stay where they were."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
 class Document:
-    """Text + tree for one language; the tree is None for languages without a grammar."""
+    """Text + tree for one language; the tree is None for languages without a grammar.
+    Its text is `valid_unicode` of the text it is given."""
 
     def __init__(self, text: str, lang: Language, version: int = 0) -> None:
+        text = valid_unicode(text)
         self.lang = lang
         self.parser = parser_for(lang.name) if lang.grammar else None
         self.version = version
@@ -75,6 +87,7 @@ class Document:
 
     def update(self, text: str, version: int) -> None:
         """The document at a new version: reparsed incrementally from the old tree."""
+        text = valid_unicode(text)
         data = text.encode("utf-8")
         if self.parser is not None and self.tree is not None:
             self.tree = reparse(self.parser, self.tree, self.data, data)

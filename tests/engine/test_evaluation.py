@@ -10,7 +10,8 @@ import pytest
 
 from engine.evaluation.heldout import KINDS, draw_tasks, evaluate_dir, markdown_table, parses_no_worse, run_task
 from engine.evaluation.passk import keep_passing, mine_file, run_doctests
-from engine.infill import InfillEngine
+from engine.fill import Engine
+from engine.infill import LocalGenerator, local_engine
 from engine.modeldir import DEFAULT_MODEL_DIR, load_model
 
 FUNCS = '''"""Small functions with doctests, for the evaluation tests."""
@@ -82,9 +83,14 @@ class Counter:
 '''
 
 
+def local(engine: Engine) -> LocalGenerator:
+    assert isinstance(engine.generator, LocalGenerator)
+    return engine.generator
+
+
 @pytest.fixture(scope="module")
-def engine() -> InfillEngine:
-    return InfillEngine(load_model(DEFAULT_MODEL_DIR))
+def engine() -> Engine:
+    return local_engine(load_model(DEFAULT_MODEL_DIR))
 
 
 @pytest.fixture()
@@ -127,7 +133,7 @@ def test_syntax_validity_compares_with_the_file_as_written() -> None:
     assert parses_no_worse("x = (\ndef f():\n", "    return 1\n", "    return 2\n", "")
 
 
-def test_baseline_takes_one_step_per_token(engine: InfillEngine, data: Path) -> None:
+def test_baseline_takes_one_step_per_token(engine: Engine, data: Path) -> None:
     texts = [(data / "toypkg" / "funcs.py").read_text()]
     rng = random.Random(0)
     tasks = draw_tasks(engine, texts, "rest_of_line", 6, rng, None) + draw_tasks(
@@ -136,7 +142,7 @@ def test_baseline_takes_one_step_per_token(engine: InfillEngine, data: Path) -> 
     assert len(tasks) == 8 and all(t.middle.count("\n") >= 2 for t in tasks[6:])
     filled = 0
     for task in tasks:
-        l2r = replace(engine.default_sampler(), strategy="left_to_right", max_steps=task.canvas)
+        l2r = replace(local(engine).default_sampler(), strategy="left_to_right", max_steps=task.canvas)
         out = run_task(engine, task, l2r, False, None)
         # one step per canvas position the fill used: its tokens, and end-of-fill when
         # the canvas had room, which the end rule may lock in the same step as the last
@@ -150,7 +156,7 @@ def test_baseline_takes_one_step_per_token(engine: InfillEngine, data: Path) -> 
     assert filled >= 3
 
 
-def test_small_eval_report(engine: InfillEngine, data: Path) -> None:
+def test_small_eval_report(engine: Engine, data: Path) -> None:
     report = evaluate_dir(engine, data, tasks=3, seed=1, functions=3, timeout=5)
     assert report["files"] == 1  # the empty __init__.py is not a source of tasks
     for source in (report, report["baseline"]):
@@ -167,7 +173,7 @@ def test_small_eval_report(engine: InfillEngine, data: Path) -> None:
         row = report["baseline"][kind]
         assert row["tokens_per_fill"] <= row["steps_per_fill"] <= row["tokens_per_fill"] + 1
     assert report["setup"]["baseline"] and report["setup"]["canvas_tokens"]["block_body"] == 128
-    one_by_one = "autoregressive" if engine.den.info.autoregressive else "left_to_right"
+    one_by_one = "autoregressive" if local(engine).den.info.autoregressive else "left_to_right"
     assert report["setup"]["baseline"].startswith(one_by_one)
     for kind in (*KINDS, "function_body"):  # the floor: an empty middle, no model
         row = report["empty"][kind]

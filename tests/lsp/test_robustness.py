@@ -42,11 +42,16 @@ REAL_SERVER = [sys.executable, "-m", "lsp_server"]  # the shipped model
 INVALID_PARAMS = -32602
 
 
+INTERNAL_ERROR = -32603
+
+
 def answered(response: dict[str, Any]) -> bool:
-    """A response carries a result, or an error with a code and a one-line message."""
+    """A response carries a result, or a clear error: a code other than InternalError (a
+    handler that failed) and a one-line message."""
     if "error" in response:
         error = response["error"]
-        return isinstance(error.get("code"), int) and "Traceback" not in str(error.get("message"))
+        code = error.get("code")
+        return isinstance(code, int) and code != INTERNAL_ERROR and "Traceback" not in str(error.get("message"))
     return "result" in response
 
 
@@ -90,6 +95,40 @@ def test_malformed_params_get_invalid_params(client: StdioClient) -> None:
         assert response.get("error", {}).get("code") == INVALID_PARAMS, response
     response = client.request_raw("diffusion/inlineEdit", {"textDocument": {}, "position": {"line": -1}})
     assert response.get("error", {}).get("code") == INVALID_PARAMS, response
+    assert alive(client)
+
+
+def test_a_position_past_lsp_s_uinteger_is_invalid_params(client: StdioClient) -> None:
+    for method in ("diffusion/inlineEdit", "textDocument/inlineCompletion", "textDocument/completion"):
+        params = inline_params(URI, 0, 2**40)
+        response = client.request_raw(method, params)
+        assert answered(response), response
+    response = client.request_raw("diffusion/inlineEdit", inline_params(URI, 2**40, 0))
+    assert response.get("error", {}).get("code") == INVALID_PARAMS, response
+    assert alive(client)
+
+
+def test_a_document_with_a_lone_surrogate_gets_answers_not_errors(client: StdioClient) -> None:
+    """Text that is not valid Unicode (a "\\ud800" escape in the JSON) reaches every request."""
+    uri = "file:///work/surrogate.py"
+    client.notify(
+        "textDocument/didOpen",
+        {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": 'x = "\ud800"\ny = \n'}},
+    )
+    position = {"line": 1, "character": 4}
+    everywhere = {"textDocument": {"uri": uri}, "position": position}
+    for method, params in (
+        ("textDocument/inlineCompletion", inline_params(uri, 1, 4)),
+        ("textDocument/completion", everywhere),
+        ("diffusion/inlineEdit", everywhere),
+        (
+            "textDocument/codeAction",
+            {**everywhere, "range": {"start": position, "end": position}, "context": {"diagnostics": []}},
+        ),
+    ):
+        response = client.request_raw(method, params)
+        assert answered(response), (method, response)
+    client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
     assert alive(client)
 
 
@@ -209,7 +248,9 @@ METHODS = [
     "textDocument/hover",
     "no/suchMethod",
 ]
-json_leaf = st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=False) | st.text(max_size=20)
+# text with lone surrogates too (JSON "\\ud800" escapes): not valid Unicode, but what a broken client sends
+json_text = st.text(st.characters(codec=None, exclude_categories=()), max_size=20)
+json_leaf = st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=False) | json_text
 json_value = st.recursive(
     json_leaf,
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),

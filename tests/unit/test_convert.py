@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 from lsprotocol import types
 
-from engine.infill import fit_indent
+from engine.fill import fit_indent
 from lsp_server.convert import locate, position_at, word_before
 
 
