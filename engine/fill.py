@@ -32,6 +32,7 @@ from engine.candidate import Candidate, Shown
 from engine.sampler import SamplerConfig
 from engine.spans import language_for
 from engine.spans.document import valid_unicode
+from engine.spans.lines import line_start
 from engine.syntax import FillPlan, check_candidates, plan_fill
 from engine.tokenizer import Tokenizer
 
@@ -231,10 +232,10 @@ class Engine:
                 n = n if lim.hard is None else min(n, lim.hard)
             if opts.max_canvas_tokens is not None:
                 n = min(n, opts.max_canvas_tokens)
-        hard = lim.hard if lim.hard is not None else max(n, 1)
-        if not 1 <= n <= hard:
-            clamped = min(max(n, 1), hard)
-            warnings.append(f"canvas length {n} is out of range 1..{hard}; using {clamped}")
+        if not 1 <= n <= (lim.hard or n):
+            clamped = max(n, 1) if lim.hard is None else min(max(n, 1), lim.hard)
+            allowed = "(at least 1)" if lim.hard is None else f"1..{lim.hard}"
+            warnings.append(f"canvas length {n} is out of range {allowed}; using {clamped}")
             n = clamped
         return n
 
@@ -277,7 +278,7 @@ def fit_indent(prefix: str, fill: str) -> str:
     holds only the indentation the editor already put there (a new line in a block):
     the editor's indentation is kept, the fill's dropped, so the line is not indented
     twice."""
-    line = prefix[max(prefix.rfind("\n"), prefix.rfind("\r")) + 1 :]
+    line = prefix[line_start(prefix, len(prefix)) :]
     if not line or line.strip(" \t"):
         return fill
     return fill.lstrip(" \t")

@@ -40,6 +40,7 @@ from engine.sampler import (
     sequence_logprob,
     to_numpy,
 )
+from engine.spans.lines import line_end, line_start
 
 log = logging.getLogger(__name__)
 
@@ -356,11 +357,10 @@ class LocalGenerator:
         the likelihood the autoregressive mode gives them (a sharper judge than the
         canvas's confidence; each distinct text scored once) or, without it, by mean
         confidence."""
-        cands = [
-            Candidate(text=text, token_ids=[int(t) for t in row[:n]], confidence=[float(x) for x in conf[:n]])
-            for row, conf in zip(result.tokens, result.confidence, strict=True)
-            for text, n in [self._decode_row(row)]
-        ]
+        cands = []
+        for row, conf in zip(result.tokens, result.confidence, strict=True):
+            text, n = self._decode_row(row)
+            cands.append(Candidate(text, [int(t) for t in row[:n]], [float(x) for x in conf[:n]]))
         late = control.deadline is not None and time.monotonic() >= control.deadline
         unique = distinct(cands)
         if (
@@ -414,7 +414,5 @@ def local_engine(model: LoadedModel, options: FillOptions | None = None) -> Engi
 def on_blank_line(prefix: str, suffix: str) -> bool:
     """The cursor is on a line holding nothing but indentation: the user is about to
     write a line, so an empty fill is no answer there."""
-    line_start = max(prefix.rfind("\n"), prefix.rfind("\r")) + 1
-    ends = [i for i in (suffix.find("\n"), suffix.find("\r")) if i >= 0]
-    rest = suffix[: min(ends)] if ends else suffix
-    return not prefix[line_start:].strip(" \t") and not rest.strip(" \t")
+    before = prefix[line_start(prefix, len(prefix)) :]
+    return not before.strip(" \t") and not suffix[: line_end(suffix, 0)].strip(" \t")

@@ -12,6 +12,7 @@ from pygls.workspace import TextDocument
 
 from engine.fill import InfillRequest
 from engine.spans import Span, enclosing_node, expand_selection, find_holes
+from engine.spans.lines import line_end, line_start
 from lsp_server import convert
 from lsp_server.context import DiffusionServer, grammar_name, open_document, require, syntax_tree, tell
 from lsp_server.service import REGION
@@ -107,10 +108,8 @@ async def inline_edit(ls: DiffusionServer, params: object) -> dict[str, object]:
 
 def holes_on_lines(text: str, holes: list[Span], start: int, end: int) -> list[Span]:
     """The holes that start on the lines from offset `start` to offset `end`."""
-    line_start = max(text.rfind("\n", 0, start), text.rfind("\r", 0, start)) + 1
-    ends = [i for i in (text.find("\n", end), text.find("\r", end)) if i != -1]
-    line_end = min(ends) if ends else len(text)
-    return [h for h in holes if line_start <= h.start <= line_end]
+    lo, hi = line_start(text, start), line_end(text, end)
+    return [h for h in holes if lo <= h.start <= hi]
 
 
 def _selection_actions(uri: str, start: types.Position, end: types.Position) -> list[types.CodeAction]:

@@ -146,8 +146,15 @@ def run_task(
     context_tokens: int | None,
 ) -> Outcome:
     engine.reset()  # independent, cold fills: no cached context
+    # the task's sampler as it is (the CLI's --strategy/--steps are already in it; the
+    # engine's own overrides would turn the baseline into the strategy under test)
     run = engine.configured(
-        sampler=sampler, use_drafter=use_drafter, canvas_tokens=task.canvas, context_tokens=context_tokens
+        sampler=sampler,
+        strategy=None,
+        max_steps=None,
+        use_drafter=use_drafter,
+        canvas_tokens=task.canvas,
+        context_tokens=context_tokens,
     )
     r = run.fill(InfillRequest(prefix=task.prefix, suffix=task.suffix))
     fill = r.text.split("\n", 1)[0] if task.single_line else r.text
