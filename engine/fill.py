@@ -55,13 +55,14 @@ class FillOptions:
     """Budgets and sampling, set when the engine is made (the server maps its Settings
     here once per change; the CLI its flags). None: the model's or the span's value."""
 
-    canvas_tokens: int | None = None  # an exact fill length; None: the span's budget, else the model's default
+    canvas_tokens: int | None = None  # the fill's budget; None: the span's, else the model's default
     max_canvas_tokens: int | None = None  # a cap on the span's budget (the user's maxFillTokens)
     context_tokens: int | None = None
     sampler: SamplerConfig | None = None  # a whole sampler; None: the model's default for the span's shape
     strategy: str | None = None  # ... or only these over that default
     max_steps: int | None = None
     use_drafter: bool | None = None
+    fit_canvas: bool | None = None  # size the canvas by the model's length head (None: the model's default, on)
     seed: int | None = 0
     languages: tuple[str, ...] = ()  # languages filled even when the model was not trained on them
 
@@ -97,10 +98,13 @@ class InfillResult:
     drafted: int = 0  # canvas positions proposed by the drafter or the warm start
     warm_start: bool = False
     warnings: list[str] = field(default_factory=list)
-    canvas_tokens: int = 0  # the fill length it ran with (the budget, for a remote engine)
+    canvas_tokens: int = 0  # the fill's budget: the longest it could be
+    fitted_tokens: int = 0  # the canvas the length head sized within it (0: not sized)
     span: str | None = None  # the span kind that sized it (engine.spans.SpanKind); None without a language
     error: str | None = None  # why there is no fill (a remote engine's fault), for the user
-    passes: int = 0  # sequential forward passes of the model (steps, plus scoring and verification)
+    passes: int = 0  # sequential forward passes of the model, the context's included
+    rounds: int = 0  # verified decoding: drafts made
+    accepted: int = 0  # verified decoding: drafted tokens kept (acceptance length: accepted / rounds)
 
     @property
     def text(self) -> str:

@@ -8,8 +8,11 @@ The steps of `LocalGenerator.generate`, once engine.fill has planned the span an
   2. assemble the context in suffix-prefix-middle order, `<suf> S <pre> P <mid>`;
   3. encode it, reusing the cached state with the longest common token prefix;
   4. build the canvas: a warm start from the rest of `previous` (the fill shown last
-     there) when the user typed its start, else drafter proposals, else empty;
-  5. run the sampler over B candidate canvases in one batch;
+     there) when the user typed its start, else drafter proposals, else empty; sized
+     by the model's length head within the budget when it has one (engine.length);
+  5. run the sampler over B candidate canvases in one batch (the canvas loop), one
+     token at a time (the autoregressive mode), or drafts verified by that mode
+     (engine.verify);
   6. cut each candidate at end-of-fill, decode it, and rank alternatives by likelihood
      (or mean confidence). engine.fill then dedupes, fits and checks them.
 """
@@ -27,9 +30,12 @@ import numpy as np
 from engine import drafter
 from engine.cache import DEFAULT_MAX_BYTES, ContextCache
 from engine.candidate import Candidate
+from engine.denoisers.base import LengthPredictor
 from engine.fill import Engine, FillControl, FillLimits, FillOptions, InfillRequest, InfillResult, Job, distinct
+from engine.length import DEFAULT_QUANTILE, DEFAULT_SLACK, fitted_length
 from engine.modeldir import LoadedModel
 from engine.sampler import (
+    ONE_TOKEN_STRATEGIES,
     SamplerConfig,
     SampleResult,
     StepView,
@@ -41,6 +47,7 @@ from engine.sampler import (
     to_numpy,
 )
 from engine.spans.lines import line_end, line_start
+from engine.verify import VerifyStats, run_verified
 
 log = logging.getLogger(__name__)
 
@@ -233,9 +240,12 @@ class LocalGenerator:
         multiline = plan is not None and plan.span.multiline
         cfg, row_temperature = self._sampler_for(opts, req, b, warnings, multiline)
         rng = self.den.random_source(cfg.seed)
-        canvas, fixed, proposal, warm = self._start_canvas(opts, req, state, rng, b, c, prefix_ids, suffix_ids)
+        proposal, warm = ([], False) if req.refine else self._proposals(opts, req, prefix_ids, suffix_ids, c)
+        fitted = self._fitted(opts, req, cfg, state, c, len(proposal))
+        canvas, fixed = self._start_canvas(req, state, rng, b, fitted or c, proposal)
         one_line = plan is not None and not plan.span.multiline
-        result = self._sample(job, cfg, rng, state, canvas, fixed, proposal, row_temperature, c, one_line)
+        stats = VerifyStats()
+        result = self._sample(job, cfg, rng, state, canvas, fixed, proposal, row_temperature, ctx_ids, stats, one_line)
         t2 = time.perf_counter()
         # 6. decode and rank
         ranked = self._ranked(job.control, result, state)
@@ -250,7 +260,45 @@ class LocalGenerator:
             drafted=len(proposal),
             warm_start=warm,
             canvas_tokens=c,
+            fitted_tokens=fitted,
+            passes=result.steps if cfg.strategy in ONE_TOKEN_STRATEGIES else result.steps + 1,
+            rounds=stats.rounds,
+            accepted=stats.accepted,
         )
+
+    def _fit_options(self, opts: FillOptions) -> tuple[bool, float, int]:
+        d = self.defaults
+        fit = opts.fit_canvas if opts.fit_canvas is not None else bool(d.get("fit_canvas", True))
+        fit = fit and self.den.info.length_classes > 0 and isinstance(self.den, LengthPredictor)
+        return fit, float(d.get("length_quantile", DEFAULT_QUANTILE)), int(d.get("length_slack", DEFAULT_SLACK))
+
+    def _fitted(
+        self, opts: FillOptions, req: InfillRequest, cfg: SamplerConfig, state: Any, budget: int, warm: int
+    ) -> int:
+        """The canvas length the length head gives within `budget` (0: the model has none,
+        the options turn it off, or the fill is not a canvas: one token at a time stops
+        by itself, a refinement keeps the region's positions); a warm start keeps room
+        for the rest of the fill shown before."""
+        fit, quantile, slack = self._fit_options(opts)
+        if not fit or req.refine or cfg.strategy in ONE_TOKEN_STRATEGIES:
+            return 0
+        logits = self.den.length_logits(state)  # type: ignore[attr-defined]
+        if logits is None:
+            return 0
+        n = fitted_length(to_numpy(logits), budget, quantile, slack, cfg.min_tokens)
+        return max(n, min(budget, warm + 1))
+
+    def _draft_length(self, opts: FillOptions) -> Callable[[Any, int], int] | None:
+        """How verified decoding sizes each draft: the length head within the room left."""
+        fit, quantile, slack = self._fit_options(opts)
+        if not fit:
+            return None
+
+        def size(state: Any, room: int) -> int:
+            logits = self.den.length_logits(state)  # type: ignore[attr-defined]
+            return room if logits is None else fitted_length(to_numpy(logits), room, quantile, slack)
+
+        return size
 
     def _sampler_for(
         self, opts: FillOptions, req: InfillRequest, b: int, warnings: list[str], multiline: bool
@@ -276,34 +324,26 @@ class LocalGenerator:
         min_tokens = max(rule, cfg.min_tokens)
         if min_tokens != cfg.min_tokens:
             cfg = replace(cfg, min_tokens=min_tokens)
-        if cfg.strategy == "autoregressive" and not self.den.info.autoregressive:
-            warnings.append("this model has no autoregressive mode; decoding left to right on the canvas")
+        if cfg.strategy in ONE_TOKEN_STRATEGIES and not self.den.info.autoregressive:
+            warnings.append(
+                f"this model has no autoregressive mode for {cfg.strategy}; decoding left to right on the canvas"
+            )
             cfg = replace(cfg, strategy="left_to_right")
         return cfg, row_temperature
 
     def _start_canvas(
-        self,
-        opts: FillOptions,
-        req: InfillRequest,
-        state: Any,
-        rng: Any,
-        b: int,
-        c: int,
-        prefix_ids: list[int],
-        suffix_ids: list[int],
-    ) -> tuple[Any, Any | None, list[int], bool]:
-        """(canvas, fixed positions, proposed tokens, warm start): the refined region's
-        likely tokens fixed, or the warm start's or the drafter's proposals as drafts."""
+        self, req: InfillRequest, state: Any, rng: Any, b: int, c: int, proposal: list[int]
+    ) -> tuple[Any, Any | None]:
+        """(canvas, fixed positions): the refined region's likely tokens fixed, or the
+        warm start's or the drafter's proposals as drafts."""
         canvas = initial_canvas(self.den, b, c, rng)
         if req.refine:
-            canvas, fixed = self._refine_canvas(req.region, state, canvas, c)
-            return canvas, fixed, [], False
-        proposal, warm = self._proposals(opts, req, prefix_ids, suffix_ids, c)
+            return self._refine_canvas(req.region, state, canvas, c)
         if proposal:
             host = to_numpy(canvas).copy()
-            host[:, : len(proposal)] = proposal
+            host[:, : min(c, len(proposal))] = proposal[:c]
             canvas = self.den.as_array(host)
-        return canvas, None, proposal, warm
+        return canvas, None
 
     def _sample(
         self,
@@ -315,13 +355,15 @@ class LocalGenerator:
         fixed: Any | None,
         proposal: list[int],
         row_temperature: Any | None,
-        c: int,
+        ctx_ids: list[int],
+        stats: VerifyStats,
         one_line: bool = False,
     ) -> SampleResult:
         """The sampler's run over the B candidate rows: one token at a time in the
-        autoregressive mode (a row ends at its first line break when the span is one
-        line), else the canvas loop (drafts verified on its first step)."""
-        b = int(canvas.shape[0])
+        autoregressive mode, or drafts of the canvas verified by that mode (a row ends
+        at its first line break when the span is one line in both), else the canvas
+        loop (drafts verified on its first step)."""
+        b, c = (int(n) for n in canvas.shape)
         control = job.control
         greedy_rows = np.zeros((b,), dtype=bool)
         greedy_rows[0] = True  # the first candidate is always the most likely fill
@@ -340,15 +382,24 @@ class LocalGenerator:
             "cancel": control.cancel,
             "on_step": on_step,
         }
+        stop = self.tok.line_break_ids if one_line else frozenset()
         if cfg.strategy == "autoregressive" and not job.request.refine:
-            stop = self.tok.line_break_ids if one_line else frozenset()
             return run_autoregressive(self.den, state, c, cfg, rng, batch=b, stop_after=stop, **common)
+        if cfg.strategy == "verified" and not job.request.refine:
+
+            def draft_context(accepted: Any) -> list[int]:  # accepted tokens join the prefix, before <mid>
+                return [*ctx_ids[:-1], *accepted, ctx_ids[-1]]
+
+            fit = self._draft_length(job.options)
+            return run_verified(
+                self.den, state, draft_context, c, cfg, rng, batch=b, stop_after=stop, fit=fit, stats=stats, **common
+            )
         draft = None
         if proposal:
             mask = np.zeros((b, c), dtype=bool)
-            mask[:, : len(proposal)] = True
+            mask[:, : min(c, len(proposal))] = True
             draft = self.den.as_array(mask)
-        if cfg.strategy == "autoregressive":  # a refinement keeps tokens in place: on the canvas, left to right
+        if cfg.strategy in ONE_TOKEN_STRATEGIES:  # a refinement keeps tokens in place: on the canvas, left to right
             cfg = replace(cfg, strategy="left_to_right")
         return run(self.den, state, canvas, cfg, rng, fixed=fixed, draft=draft, **common)
 

@@ -201,13 +201,16 @@ class DiffusionCoder(nn.Module):
         past_values: Sequence[torch.Tensor] | torch.Tensor,
         logits_from: torch.Tensor | None = None,
         attention: CausalAttention = cached_causal_attention,
+        length: bool = False,
     ) -> tuple[Any, ...]:
         """input_ids (1, T); past: one (1, H, P, D) per layer (a list, or stacked as
         (L, 1, H, P, D)) -> present keys and values, a list of (1, H, P+T, D) each.
 
         With ``logits_from`` (an int64 scalar tensor s, 0 <= s < T) also the next-token
         logits of new tokens s..T-1, (1, T - s, V): the autoregressive mode of the same
-        weights (T - 1 for the next token only; 0 to score a whole continuation)."""
+        weights (T - 1 for the next token only; 0 to score a whole continuation). With
+        ``length`` (and a length head) last the length head's logits at the last new
+        token, (1, K): the fill's token count when that token is the middle marker."""
         p, t = past_keys[0].shape[2], input_ids.shape[1]
         positions = torch.arange(t, device=input_ids.device, dtype=torch.float32) + p
         rot = rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta)
@@ -220,11 +223,14 @@ class DiffusionCoder(nn.Module):
             keys.append(k)
             values.append(v)
             x = layer.finish(x, out)
-        if logits_from is None:
-            return keys, values
-        rows = torch.arange(t, device=input_ids.device)
-        picked = torch.index_select(x, 1, rows[rows >= logits_from])  # (1, T - s, d)
-        return keys, values, self.logits(picked)
+        result: tuple[Any, ...] = (keys, values)
+        if logits_from is not None:
+            rows = torch.arange(t, device=input_ids.device)
+            picked = torch.index_select(x, 1, rows[rows >= logits_from])  # (1, T - s, d)
+            result = (*result, self.logits(picked))
+        if length and self.length_head is not None:
+            result = (*result, self.length_logits(x[:, -1]))
+        return result
 
     def denoise(
         self,

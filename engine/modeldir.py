@@ -133,6 +133,7 @@ def denoiser_info(cfg: dict[str, Any]) -> DenoiserInfo:
         # trained with the next-token loss (the dual objective): the backend may then
         # decode one token at a time; a model trained on the canvas alone has no such head
         autoregressive=bool(cfg.get("autoregressive", False)),
+        length_classes=int(cfg["architecture"].get("length_classes", 0)),
     )
 
 

@@ -61,8 +61,17 @@ import numpy as np
 
 from engine.denoisers.base import Denoiser, DenoiserInfo, EncodedContext, RandomSource
 
-Strategy = Literal["entropy_bound", "confidence", "fixed_k", "left_to_right", "autoregressive"]
-STRATEGIES: tuple[Strategy, ...] = ("entropy_bound", "confidence", "fixed_k", "left_to_right", "autoregressive")
+Strategy = Literal["entropy_bound", "confidence", "fixed_k", "left_to_right", "autoregressive", "verified"]
+STRATEGIES: tuple[Strategy, ...] = (
+    "entropy_bound",
+    "confidence",
+    "fixed_k",
+    "left_to_right",
+    "autoregressive",
+    "verified",
+)
+# strategies that decode outside the canvas loop (engine/verify.py, run_autoregressive)
+ONE_TOKEN_STRATEGIES: tuple[Strategy, ...] = ("autoregressive", "verified")
 StopReason = Literal["complete", "stable", "max_steps", "deadline", "cancelled"]
 
 # An entropy larger than any real one (log V < 13 for V = 262,144): marks positions
@@ -89,6 +98,10 @@ class SamplerConfig:
     end_confidence: float = 0.9  # absorbing: lock padding at the leftmost position this sure of it
     min_tokens: int = 0  # the fill has at least this many tokens (end-of-fill and padding barred before)
     seed: int | None = None
+    # "verified" (engine/verify.py): the canvas drafts with this strategy in this many
+    # passes, the one-token mode keeps what it agrees with
+    draft_strategy: Strategy = "entropy_bound"
+    draft_steps: int = 1
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -107,6 +120,10 @@ class SamplerConfig:
             raise ValueError(f"stability_threshold must be >= 0; got {self.stability_threshold}")
         if self.min_tokens < 0:
             raise ValueError(f"min_tokens must be >= 0; got {self.min_tokens}")
+        if self.draft_strategy not in STRATEGIES or self.draft_strategy in ONE_TOKEN_STRATEGIES:
+            raise ValueError(f"draft_strategy must be a canvas strategy; got {self.draft_strategy!r}")
+        if self.draft_steps < 1:
+            raise ValueError(f"draft_steps must be >= 1; got {self.draft_steps}")
 
     def temperature(self, remaining: int) -> float:
         """Linear schedule as transformers' LinearTemperatureScheduleLogitsProcessor:
@@ -415,8 +432,9 @@ def run(
     deadline: time.monotonic() value after which the loop stops with what it has.
     cancel: checked between steps; True stops the loop.
     """
-    if cfg.strategy == "autoregressive":
-        raise ValueError("the autoregressive strategy decodes through run_autoregressive, not a canvas")
+    if cfg.strategy in ONE_TOKEN_STRATEGIES:
+        loop = "run_autoregressive" if cfg.strategy == "autoregressive" else "engine.verify.run_verified"
+        raise ValueError(f"the {cfg.strategy} strategy decodes through {loop}, not a canvas")
     xp = array_api_compat.array_namespace(canvas)
     dev = array_api_compat.device(canvas)
     b, c = canvas.shape

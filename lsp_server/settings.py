@@ -113,7 +113,9 @@ OPTIONS: tuple[Option, ...] = (
         choices=STRATEGIES,
         description=(
             "Decoding strategy. `left_to_right` decodes one canvas token per step, `autoregressive` one token at"
-            ' a time through the context encoder (for models trained for it: config.json `"autoregressive": true`).'
+            ' a time through the context encoder (for models trained for it: config.json `"autoregressive": true`),'
+            " `verified` drafts on the canvas and keeps what the one-token mode of the same weights agrees with"
+            " (its greedy fill, in fewer passes when the drafts are good)."
         ),
         unset="the model's default",
     ),

@@ -22,8 +22,12 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tok = train_tokenizer(texts, vocab_size=400)
     torch.manual_seed(0)
     model = DiffusionCoder(
-        ModelConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=2, d_ff=64, max_positions=1024)
+        ModelConfig(
+            vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=2, d_ff=64, max_positions=1024, length_classes=24
+        )
     )
+    assert model.length_head is not None
+    torch.nn.init.normal_(model.length_head.weight)  # a head that starts at zero would predict nothing
     out = tmp_path_factory.mktemp("tiny-model")
     save_model_dir(
         out,

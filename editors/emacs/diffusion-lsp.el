@@ -108,13 +108,16 @@ A string; nil: the server's default (\"cpu\")."
   "Decoding strategy.
 `left_to_right' decodes one canvas token per step, `autoregressive'
 one token at a time through the context encoder (for models trained
-for it: config.json `\"autoregressive\": true').
+for it: config.json `\"autoregressive\": true'), `verified' drafts on
+the canvas and keeps what the one-token mode of the same weights
+agrees with (its greedy fill, in fewer passes when the drafts are
+good).
 One of \"entropy_bound\", \"confidence\", \"fixed_k\", \"left_to_right\",
-\"autoregressive\"; nil: the model's default."
+\"autoregressive\", \"verified\"; nil: the model's default."
   :type '(choice (const :tag "The model's default" nil)
                  (const "entropy_bound") (const "confidence")
                  (const "fixed_k") (const "left_to_right")
-                 (const "autoregressive")))
+                 (const "autoregressive") (const "verified")))
 
 (defcustom diffusion-lsp-max-steps nil
   "Most denoising steps per fill.

@@ -31,6 +31,7 @@ class DenoiserInfo:
     uses_self_conditioning: bool = False  # denoise() wants the previous step's logits
     suppress_ids: tuple[int, ...] = ()  # never sampled (mask, context sentinels)
     autoregressive: bool = False  # the backend also decodes one token at a time (Autoregressive)
+    length_classes: int = 0  # the backend predicts the fill's token count (LengthPredictor) in this many classes
 
 
 @dataclass
@@ -100,6 +101,17 @@ class Autoregressive(Protocol):
     def extend(self, state: EncodedContext, new_ids: Sequence[int]) -> tuple[EncodedContext, Any]:
         """The state with `new_ids` appended, and the next-token logits after each new
         token (T, V). Never mutates `state`."""
+        ...
+
+
+@runtime_checkable
+class LengthPredictor(Protocol):
+    """A length head: how many tokens the fill after a context holds, predicted from the
+    context alone (a backend offers it when `info.length_classes` > 0)."""
+
+    def length_logits(self, state: EncodedContext) -> Any | None:
+        """(K,) logits over the fill's token count 0..K-1 (the last class: K-1 or more)
+        at the state's last token, the middle marker; None when there are none."""
         ...
 
 

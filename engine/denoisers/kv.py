@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from engine.denoisers.base import DenoiserInfo, EncodedContext
 
@@ -30,10 +30,28 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
+class Encoded(NamedTuple):
+    """What one run of the context encoder gives."""
+
+    keys: Any  # per layer, the backend's layout (see the module)
+    values: Any
+    logits: Any | None = None  # (1, T', V): next-token logits of new_ids[logits_from:], when asked for
+    length: Any | None = None  # (1, K): the length head at the last new token, when asked for and present
+
+
+class KVPayload(NamedTuple):
+    """The payload of a KVDenoiser's EncodedContext."""
+
+    keys: Any
+    values: Any
+    next_logits: Any | None  # (V,) after the last context token (the autoregressive mode), else None
+    length: Any | None  # (K,) the length head at the last context token (the middle marker), else None
+
+
 class KVDenoiser(ABC):
-    """Base of the embedded-model backends: payload is (keys, values, next_logits): keys
-    and values per layer (the backend's layout, see the module), and the next-token logits (V,) after the last context
-    token when the model has the autoregressive mode (`info.autoregressive`), else None."""
+    """Base of the embedded-model backends: payload is a KVPayload (keys and values per
+    layer, the next-token logits after the last context token when the model has the
+    autoregressive mode, the length head's logits there when it has one)."""
 
     info: DenoiserInfo
 
@@ -41,9 +59,12 @@ class KVDenoiser(ABC):
     def _empty(self) -> tuple[Any, Any]: ...
 
     @abstractmethod
-    def _encode(self, new_ids: Sequence[int], keys: Any, values: Any, logits_from: int | None) -> tuple[Any, ...]:
+    def _encode(
+        self, new_ids: Sequence[int], keys: Any, values: Any, logits_from: int | None, length: bool = False
+    ) -> Encoded:
         """Run the context encoder over new_ids after the cached (keys, values); with
-        `logits_from`, also return the next-token logits of new_ids[logits_from:] (T', V)."""
+        `logits_from`, also the next-token logits of new_ids[logits_from:] (T', V); with
+        `length`, the length head at the last new token."""
 
     @abstractmethod
     def _denoise(self, canvas_ids: Any, keys: Any, values: Any) -> Any: ...
@@ -57,27 +78,56 @@ class KVDenoiser(ABC):
 
     def encode(self, context_ids: Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
         ids = tuple(int(i) for i in context_ids)
-        ar = self.info.autoregressive
+        ar, lengths = self.info.autoregressive, self.info.length_classes > 0
+        next_logits = length = None
         if state is not None:
             keep = common_prefix_len(state.token_ids, ids)
-            keys, values, next_logits = state.payload
-            if ar and 0 < keep == len(ids) < len(state.token_ids):
-                keep -= 1  # the cached logits are those after a later token: run the last one again
+            keys, values, next_logits, length = state.payload
             keys, values = self._keep(keys, keep), self._keep(values, keep)
+            if keep < len(state.token_ids):  # cut: the cached outputs were a later token's
+                next_logits = length = None  # (asked for, they are computed again: `_last_outputs`)
         else:
             keep = 0
             keys, values = self._empty()
-            next_logits = None
         for start in range(keep, len(ids), ENCODE_CHUNK):
             chunk = ids[start : start + ENCODE_CHUNK]
-            out = self._encode(chunk, keys, values, len(chunk) - 1 if ar else None)
-            keys, values = out[0], out[1]
-            next_logits = out[2][0, -1] if ar else None
-        return EncodedContext(token_ids=ids, payload=(keys, values, next_logits), nbytes=2 * self._nbytes(keys))
+            out = self._encode(chunk, keys, values, len(chunk) - 1 if ar else None, lengths)
+            keys, values = out.keys, out.values
+            next_logits = out.logits[0, -1] if out.logits is not None else None
+            length = out.length[0] if out.length is not None else None
+        payload = KVPayload(keys, values, next_logits, length)
+        return EncodedContext(token_ids=ids, payload=payload, nbytes=2 * self._nbytes(keys))
+
+    def _last_outputs(self, state: EncodedContext) -> KVPayload:
+        """The payload with the last token's outputs (next-token and length logits): those
+        cached, or, for a state cut from a longer one (which costs nothing), the last
+        token run again."""
+        pay: KVPayload = state.payload
+        stale = (self.info.autoregressive and pay.next_logits is None) or (
+            self.info.length_classes > 0 and pay.length is None
+        )
+        if not stale or not state.token_ids:
+            return pay
+        *head, last = state.token_ids
+        ar = self.info.autoregressive
+        out = self._encode(
+            [last], self._keep(pay.keys, len(head)), self._keep(pay.values, len(head)), 0 if ar else None, True
+        )
+        return KVPayload(
+            pay.keys,
+            pay.values,
+            out.logits[0, -1] if out.logits is not None else None,
+            out.length[0] if out.length is not None else None,
+        )
 
     def denoise(self, state: EncodedContext, canvas_ids: Any, self_cond: Any | None = None) -> Any:
-        keys, values, _ = state.payload
-        return self._denoise(canvas_ids, keys, values)
+        return self._denoise(canvas_ids, state.payload.keys, state.payload.values)
+
+    def length_logits(self, state: EncodedContext) -> Any | None:
+        """(K,) the length head's logits at the state's last token (the middle marker):
+        class k is a fill of k tokens (the last class: that many or more); None when the
+        model has no length head."""
+        return self._last_outputs(state).length if self.info.length_classes > 0 else None
 
     # ------------------------------------------------ the autoregressive mode (Autoregressive)
 
@@ -85,7 +135,7 @@ class KVDenoiser(ABC):
         """(V,) next-token logits after the state's last token."""
         if not self.info.autoregressive:
             raise NotImplementedError("this model has no autoregressive mode (export it again)")
-        logits = state.payload[2]
+        logits = self._last_outputs(state).next_logits
         if logits is None:  # an empty context: nothing predicts the first token
             raise ValueError("an empty context has no next-token logits")
         return logits
@@ -97,7 +147,8 @@ class KVDenoiser(ABC):
             raise NotImplementedError("this model has no autoregressive mode (export it again)")
         if not new_ids:
             raise ValueError("extend needs at least one token")
-        keys, values, _ = state.payload
-        k, v, logits = self._encode(list(new_ids), keys, values, 0)
+        out = self._encode(list(new_ids), state.payload.keys, state.payload.values, 0)
+        assert out.logits is not None
         ids = (*state.token_ids, *(int(i) for i in new_ids))
-        return EncodedContext(ids, (k, v, logits[0, -1]), nbytes=2 * self._nbytes(k)), logits[0]
+        payload = KVPayload(out.keys, out.values, out.logits[0, -1], None)  # the length head is the middle marker's
+        return EncodedContext(ids, payload, nbytes=2 * self._nbytes(out.keys)), out.logits[0]

@@ -2,7 +2,8 @@
 
 `encode.onnx`: input_ids (1, T), logits_from (), past_key.{i} / past_value.{i} (1, H, P, D)
                for each layer i -> present_key.{i} / present_value.{i} (1, H, P+T, D),
-               logits (1, T - logits_from, V)
+               logits (1, T - logits_from, V), and for a model with a length head
+               length (1, K) at the last new token
 `denoise.onnx`: canvas_ids (B, C), past_key.{i} / past_value.{i} -> logits (B, C, V)
 
 The cached context is a tuple of per-layer arrays, fed to the graphs as they are: no step
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from engine.denoisers.base import DenoiserInfo, RandomSource, host_array
-from engine.denoisers.kv import KVDenoiser
+from engine.denoisers.kv import Encoded, KVDenoiser
 from engine.errors import ModelLoadError
 
 
@@ -81,6 +82,11 @@ class OnnxDenoiser(KVDenoiser):
                     f"{path} was exported by an older version of diffusion-lsp (its cache inputs are not "
                     f"per layer); export it again: diffusion-infill export-onnx --model {path.parent}"
                 )
+        if info.length_classes and "length" not in {o.name for o in self.encoder.get_outputs()}:
+            raise ModelLoadError(
+                f"{encode_path} has no length output though config.json gives the model a length head; "
+                f"export it again: diffusion-infill export-onnx --model {encode_path.parent}"
+            )
 
     def _empty(self) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
         z = np.zeros((1, self.heads, 0, self.head_dim), dtype=np.float32)
@@ -91,15 +97,26 @@ class OnnxDenoiser(KVDenoiser):
         return dict(zip(self.past, arrays, strict=True))
 
     def _encode(
-        self, new_ids: Sequence[int], keys: Sequence[np.ndarray], values: Sequence[np.ndarray], logits_from: int | None
-    ) -> tuple[Any, ...]:
+        self,
+        new_ids: Sequence[int],
+        keys: Sequence[np.ndarray],
+        values: Sequence[np.ndarray],
+        logits_from: int | None,
+        length: bool = False,
+    ) -> Encoded:
         feeds = self._feeds(keys, values)
         feeds["input_ids"] = np.asarray([new_ids], dtype=np.int64)
         # the graph always takes logits_from; T - 1 (the last token's) costs one row
         feeds["logits_from"] = np.asarray(len(new_ids) - 1 if logits_from is None else logits_from, dtype=np.int64)
-        *present, logits = self.encoder.run([*self.present, "logits"], feeds)
-        k, v = tuple(present[0::2]), tuple(present[1::2])
-        return (k, v, logits) if logits_from is not None else (k, v)
+        length = length and self.info.length_classes > 0
+        out = self.encoder.run([*self.present, "logits", *(["length"] if length else [])], feeds)
+        present = out[: len(self.present)]
+        return Encoded(
+            tuple(present[0::2]),
+            tuple(present[1::2]),
+            out[len(self.present)] if logits_from is not None else None,
+            out[-1] if length else None,
+        )
 
     def _denoise(self, canvas_ids: np.ndarray, keys: Sequence[np.ndarray], values: Sequence[np.ndarray]) -> np.ndarray:
         feeds = self._feeds(keys, values)

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from engine.denoisers.base import DenoiserInfo, RandomSource, host_array
-from engine.denoisers.kv import KVDenoiser
+from engine.denoisers.kv import Encoded, KVDenoiser
 from engine.model import DiffusionCoder
 
 
@@ -50,12 +50,18 @@ class TorchDenoiser(KVDenoiser):
 
     @torch.inference_mode()
     def _encode(
-        self, new_ids: Sequence[int], keys: torch.Tensor, values: torch.Tensor, logits_from: int | None
-    ) -> tuple[torch.Tensor, ...]:
+        self,
+        new_ids: Sequence[int],
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        logits_from: int | None,
+        length: bool = False,
+    ) -> Encoded:
         ids = torch.tensor([list(new_ids)], dtype=torch.long, device=self.device)
         start = None if logits_from is None else torch.tensor(logits_from, device=self.device)
-        k, v, *logits = self.model.encode(ids, keys, values, start)
-        return (torch.stack(k), torch.stack(v), *logits)
+        k, v, *rest = self.model.encode(ids, keys, values, start, length=length)
+        logits = rest.pop(0) if start is not None else None
+        return Encoded(torch.stack(k), torch.stack(v), logits, rest[0] if rest else None)
 
     @torch.inference_mode()
     def _denoise(self, canvas_ids: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:

@@ -5,8 +5,10 @@ Both graphs take the cached context as one key and one value input per layer
 cache. encode.onnx appends the new tokens with onnxruntime's fused GroupQueryAttention
 (com.microsoft; causal attention over the cache and the new tokens in one kernel) and
 returns `present_key.{i}` / `present_value.{i}` (1, H, P+T, D), and the next-token logits
-of the new tokens from `logits_from` on (the autoregressive mode). denoise.onnx reads the
-context without copying it (model.attend_with_context)."""
+of the new tokens from `logits_from` on (the autoregressive mode), and for a model with a
+length head `length` (1, K): its logits at the last new token (the middle marker, when
+the whole context was encoded). denoise.onnx reads the context without copying it
+(model.attend_with_context)."""
 
 from __future__ import annotations
 
@@ -123,10 +125,10 @@ class _Encode(nn.Module):
     def forward(
         self, input_ids: torch.Tensor, logits_from: torch.Tensor, *past: torch.Tensor
     ) -> tuple[torch.Tensor, ...]:
-        keys, values, logits = self.model.encode(
-            input_ids, past[0::2], past[1::2], logits_from, attention=FusedCausalAttention(self.model.cfg)
+        keys, values, *outputs = self.model.encode(
+            input_ids, past[0::2], past[1::2], logits_from, attention=FusedCausalAttention(self.model.cfg), length=True
         )
-        return (*(t for kv in zip(keys, values, strict=True) for t in kv), logits)
+        return (*(t for kv in zip(keys, values, strict=True) for t in kv), *outputs)
 
 
 class _Denoise(nn.Module):
@@ -151,6 +153,7 @@ def export_onnx(model: DiffusionCoder, out_dir: Path, weights: Path | None = Non
     past = [torch.randn(1, cfg.n_heads, 5, cfg.head_dim) for _ in range(2 * cfg.n_layers)]
     past_names, present_names = kv_names("past", cfg.n_layers), kv_names("present", cfg.n_layers)
     enc_path, den_path = out_dir / ENCODE_FILE, out_dir / DENOISE_FILE
+    length = ["length"] if model.length_head is not None else []
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         torch.onnx.export(
@@ -158,7 +161,7 @@ def export_onnx(model: DiffusionCoder, out_dir: Path, weights: Path | None = Non
             (torch.ones(1, 3, dtype=torch.long), torch.tensor(2, dtype=torch.long), *past),
             str(enc_path),
             input_names=["input_ids", "logits_from", *past_names],
-            output_names=[*present_names, "logits"],
+            output_names=[*present_names, "logits", *length],
             dynamic_axes={
                 "input_ids": {1: "new"},
                 **{n: {2: "past"} for n in past_names},

@@ -34,6 +34,24 @@ def test_onnx_and_torch_give_the_same_logits(both) -> None:  # type: ignore[no-u
     np.testing.assert_allclose(a, b, atol=1e-4)
 
 
+def test_onnx_and_torch_give_the_same_length_head(both) -> None:  # type: ignore[no-untyped-def]
+    onnx_m, torch_m = both
+    assert onnx_m.denoiser.info.length_classes == 24
+    ids = [*onnx_m.tokenizer.encode(PREFIX + SUFFIX), onnx_m.tokenizer.special.middle]
+    a = onnx_m.denoiser.length_logits(onnx_m.denoiser.encode(ids))
+    b = torch_m.denoiser.length_logits(torch_m.denoiser.encode(ids)).numpy()
+    assert a.shape == (24,) and float(np.ptp(a)) > 0
+    np.testing.assert_allclose(a, b, atol=1e-4)
+    # reused from a cached state, or computed for the shorter context it was cut to
+    grown = onnx_m.denoiser.encode(ids, onnx_m.denoiser.encode(ids[:7]))
+    np.testing.assert_allclose(onnx_m.denoiser.length_logits(grown), a, atol=1e-4)
+    cut = onnx_m.denoiser.encode(ids[:-1], grown)
+    np.testing.assert_allclose(
+        onnx_m.denoiser.length_logits(cut), onnx_m.denoiser.length_logits(onnx_m.denoiser.encode(ids[:-1])), atol=1e-4
+    )
+    assert not np.allclose(onnx_m.denoiser.length_logits(cut), a, atol=1e-3)
+
+
 def test_onnx_and_torch_give_the_same_fills(both) -> None:  # type: ignore[no-untyped-def]
     fills = []
     for m in both:

@@ -321,3 +321,34 @@ def test_a_model_may_decode_multi_line_spans_its_own_way(engine: Engine) -> None
     # a model without an autoregressive mode keeps its one strategy
     gen.den.info = replace(gen.den.info, autoregressive=False)
     assert gen.default_sampler(multiline=True).strategy != "autoregressive"
+
+
+def test_the_length_head_sizes_the_canvas_within_the_budget(engine: Engine) -> None:
+    body = InfillRequest(prefix=BODY_PREFIX, suffix=BODY_SUFFIX, language="python")
+    fitted = engine.fill(body)
+    gen = local(engine)
+    state = gen.den.encode(gen.build_context(engine.options, body, [], 128)[0])
+    logits = gen.den.length_logits(state)  # type: ignore[attr-defined]
+    from engine.length import fitted_length
+
+    assert fitted.canvas_tokens == 128  # the budget is the span's ...
+    assert fitted.fitted_tokens == fitted_length(logits, 128)  # ... the canvas the head's
+    assert 1 <= fitted.fitted_tokens <= 128
+    fixed = engine.configured(fit_canvas=False).fill(body)
+    assert fixed.fitted_tokens == 0 and fixed.canvas_tokens == 128
+    one_token = engine.configured(strategy="autoregressive").fill(body)
+    assert one_token.fitted_tokens == 0  # one token at a time stops by itself
+
+
+@pytest.mark.parametrize("model", ["tiny", "shipped"])
+@pytest.mark.parametrize("cut", CURSORS)
+def test_verified_greedy_decoding_is_the_one_token_modes_fill(
+    engine: Engine, shipped: Engine, model: str, cut: int
+) -> None:
+    e = engine if model == "tiny" else shipped
+    req = InfillRequest(prefix=SOURCE[:cut], suffix=SOURCE[cut:], language="python", check_syntax=False)
+    one = e.configured(strategy="autoregressive").fill(req)
+    ver = e.configured(strategy="verified").fill(req)
+    assert ver.candidates[0].token_ids == one.candidates[0].token_ids
+    assert ver.rounds >= 1 and 0 <= ver.accepted and ver.passes >= 2
+    assert one.passes == one.steps

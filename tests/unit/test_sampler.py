@@ -363,14 +363,15 @@ def test_min_tokens_bars_end_of_fill_before_it(lib: str) -> None:
         assert (got == [EOF, PAD, PAD, PAD]) == (min_tokens == 0)
 
 
-def test_the_autoregressive_strategy_needs_its_own_loop() -> None:
+@pytest.mark.parametrize(("strategy", "loop"), [("autoregressive", "run_autoregressive"), ("verified", "run_verified")])
+def test_the_one_token_strategies_need_their_own_loop(strategy: Any, loop: str) -> None:
     den = FakeDenoiser([EOF], [1.0])
-    with pytest.raises(ValueError, match="run_autoregressive"):
+    with pytest.raises(ValueError, match=loop):
         run(
             den,
             den.encode([3]),
             initial_canvas(den, 1, 1, den.random_source(0)),
-            SamplerConfig(strategy="autoregressive"),
+            SamplerConfig(strategy=strategy),
             den.random_source(0),
         )
 

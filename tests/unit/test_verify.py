@@ -1,0 +1,210 @@
+"""Verified decoding (engine/verify.py) against a fake model with known logits in both modes."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine.denoisers.base import DenoiserInfo, EncodedContext
+from engine.denoisers.onnx import NumpyRandomSource
+from engine.sampler import SamplerConfig, run_autoregressive
+from engine.verify import VerifyStats, run_verified
+
+V = 16
+PAD, EOF, MASK, MID = 0, 1, 15, 14
+NL = 13  # a line break
+CONTEXT = (3, 4, MID)  # <suf> S <pre> P <mid>, in miniature
+CONFUSED = 12  # what the one-token mode predicts after a history that is not its own
+
+
+class TwoModes:
+    """A fake model of both modes. The one-token mode's greedy fill is `target` (then
+    end-of-fill): after the context and a history equal to target[:n] its logits peak on
+    target[n] (after any other history, on CONFUSED). The canvas, after a context holding
+    `a` accepted tokens before the marker, drafts draft[a + i] at canvas position i.
+    `spread` gives the one-token mode's logits a second choice (for sampled rows)."""
+
+    def __init__(self, target: list[int], draft: list[int], second: dict[int, int] | None = None) -> None:
+        self.info = DenoiserInfo(
+            vocab_size=V,
+            regime="absorbing",
+            eof_id=EOF,
+            pad_id=PAD,
+            mask_id=MASK,
+            max_positions=512,
+            suppress_ids=(MASK, MID),
+            autoregressive=True,
+        )
+        self.target = [*target, EOF]
+        self.draft = [*draft, EOF] + [PAD] * 64
+        self.second = second or {}
+        self.denoise_calls = 0
+        self.extend_calls = 0
+
+    # -- the canvas
+    def encode(self, ids: Sequence[int], state: Any = None) -> EncodedContext:
+        return EncodedContext(token_ids=tuple(int(i) for i in ids), payload=None)
+
+    def denoise(self, state: EncodedContext, canvas: Any, self_cond: Any = None) -> np.ndarray:
+        self.denoise_calls += 1
+        accepted = len(state.token_ids) - len(CONTEXT)
+        b, c = canvas.shape
+        out = np.zeros((b, c, V), dtype=np.float32)
+        for i in range(c):
+            out[:, i, self.draft[accepted + i]] = 8.0
+        return out
+
+    # -- the one-token mode
+    def _logits(self, history: tuple[int, ...]) -> np.ndarray:
+        out = np.zeros(V, dtype=np.float32)
+        n = len(history)
+        if list(history) == self.target[:n] and n < len(self.target):
+            out[self.target[n]] = 3.0
+            if n in self.second:
+                out[self.second[n]] = 2.5
+        else:
+            out[CONFUSED] = 3.0
+        return out
+
+    def next_logits(self, state: EncodedContext) -> np.ndarray:
+        return self._logits(state.token_ids[len(CONTEXT) :])
+
+    def extend(self, state: EncodedContext, ids: Sequence[int]) -> tuple[EncodedContext, np.ndarray]:
+        self.extend_calls += 1
+        st = EncodedContext(token_ids=(*state.token_ids, *ids), payload=None)
+        hist = st.token_ids[len(CONTEXT) :]
+        first = len(state.token_ids) - len(CONTEXT)
+        return st, np.stack([self._logits(hist[: first + j + 1]) for j in range(len(ids))])
+
+    def as_array(self, values: Any) -> Any:
+        return np.asarray(values)
+
+    def random_source(self, seed: int | None) -> NumpyRandomSource:
+        return NumpyRandomSource(seed)
+
+
+def draft_context(accepted: Sequence[int]) -> list[int]:
+    return [*CONTEXT[:-1], *accepted, CONTEXT[-1]]
+
+
+STATE = EncodedContext(token_ids=CONTEXT, payload=None)
+TARGET = [5, 6, 7, 8, 9, 10, 11, 5]
+
+
+def greedy(den: TwoModes, length: int = 12, **kw: Any) -> tuple[list[int], list[int], VerifyStats, int]:
+    cfg = SamplerConfig(strategy="verified", **kw.pop("cfg", {}))
+    ar_cfg = SamplerConfig(strategy="autoregressive", min_tokens=cfg.min_tokens)
+    stop = kw.pop("stop_after", frozenset())
+    ar = run_autoregressive(den, STATE, length, ar_cfg, NumpyRandomSource(0), stop_after=stop)
+    stats = VerifyStats()
+    ver = run_verified(den, STATE, draft_context, length, cfg, NumpyRandomSource(0), stop_after=stop, stats=stats, **kw)
+    return ver.tokens[0].tolist(), ar.tokens[0].tolist(), stats, ar.steps
+
+
+@pytest.mark.parametrize(
+    "draft",
+    [
+        TARGET,  # every draft right: one round
+        [5, 6, 7, 2, 9, 10, 11, 5],  # wrong at 3: the mode's own token there, then a re-draft
+        [9, 9, 9, 9, 9, 9, 9, 9],  # always wrong: one token per round
+        [5, 6],  # too short: the mode goes on after the drafted end
+        [*TARGET, 7, 7],  # too long: the mode ends the fill
+    ],
+)
+def test_greedy_verification_gives_the_one_token_modes_fill(draft: list[int]) -> None:
+    den = TwoModes(TARGET, draft)
+    ver, ar, stats, _ = greedy(den)
+    assert ver == ar == [*TARGET, EOF, PAD, PAD, PAD]
+    assert stats.rounds >= 1 and stats.accepted <= stats.drafted
+
+
+def test_good_drafts_take_fewer_passes_than_one_token_at_a_time() -> None:
+    good = TwoModes(TARGET, TARGET)
+    ver, ar, stats, ar_passes = greedy(good)
+    assert ver == ar
+    # the context, one draft step, one verification: 3 passes for 9 tokens (with end-of-fill)
+    assert (stats.rounds, stats.accepted, stats.passes) == (1, len(TARGET) + 1, 3)
+    assert ar_passes == len(TARGET) + 1 > stats.passes
+    bad = TwoModes(TARGET, [2] * 8)
+    _, _, worse, _ = greedy(bad)
+    assert worse.accepted == 1 and worse.rounds  # only the end-of-fill == len(TARGET) + 1 and worse.passes > ar_passes
+
+
+def test_a_wrong_token_costs_one_round() -> None:
+    den = TwoModes(TARGET, [5, 6, 7, 2, 9, 10, 11, 5])
+    ver, ar, stats, _ = greedy(den)
+    assert ver == ar
+    # round 1 keeps 5 6 7 and adds 8 itself; round 2 drafts 9 10 11 5 <eof> after it, all kept
+    assert (stats.rounds, stats.accepted) == (2, 3 + 5)
+
+
+def test_one_line_min_tokens_and_the_length_cap_match_the_one_token_mode() -> None:
+    with_break = [5, 6, NL, 7, 8]
+    den = TwoModes(with_break, with_break)
+    ver, ar, _, _ = greedy(den, stop_after=frozenset({NL}))
+    assert ver == ar and ver[:3] == [5, 6, NL] and ver[3:] == [PAD] * 9
+    empty = TwoModes([], [])
+    ver, ar, _, _ = greedy(empty, cfg={"min_tokens": 1})
+    assert ver == ar and ver[0] not in (EOF, PAD)  # end-of-fill barred at the first token
+    ver, ar, _, _ = greedy(TwoModes(TARGET, TARGET), length=4)
+    assert ver == ar == TARGET[:4]
+
+
+def test_the_draft_is_sized_by_fit() -> None:
+    den = TwoModes(TARGET, TARGET)
+    sizes: list[int] = []
+
+    def fit(state: EncodedContext, room: int) -> int:
+        sizes.append(room)
+        return 3
+
+    ver, ar, stats, _ = greedy(den, fit=fit)
+    assert ver == ar
+    # drafts of 3 tokens: 3 kept and a bonus token per round
+    assert stats.rounds == 3 and sizes[:2] == [12, 8]
+
+
+def test_cancel_and_deadline_stop_between_rounds() -> None:
+    den = TwoModes(TARGET, [9] * 8)
+    calls = iter(range(100))
+    cut = run_verified(
+        den, STATE, draft_context, 12, SamplerConfig(strategy="verified"), NumpyRandomSource(0),
+        cancel=lambda: next(calls) >= 2,
+    )  # fmt: skip
+    assert cut.stop_reason == "cancelled" and cut.tokens[0].tolist()[:2] == [5, 6] and cut.tokens[0][2] == PAD
+    late = run_verified(
+        den, STATE, draft_context, 12, SamplerConfig(strategy="verified"), NumpyRandomSource(0),
+        deadline=time.monotonic() - 1,
+    )  # fmt: skip
+    assert late.stop_reason == "deadline" and late.tokens[0].tolist() == [PAD] * 12
+
+
+def test_sampled_rows_are_distributed_as_the_one_token_mode() -> None:
+    # first token: 5 (logit 3.0) or 9 (2.5); the canvas always drafts 9, the less likely one
+    target = [5, 6]
+    p9 = np.exp(2.5) / (np.exp(3.0) + np.exp(2.5) + (V - 4) * 1.0)  # 4 barred: mask, marker; eof/pad open
+    runs = 600
+    firsts: Counter[int] = Counter()
+    for seed in range(runs):
+        den = TwoModes(target, [9, 6], second={0: 9})
+        out = run_verified(
+            den, STATE, draft_context, 4, SamplerConfig(strategy="verified", greedy=False), NumpyRandomSource(seed)
+        )
+        firsts[int(out.tokens[0, 0])] += 1
+    ar_firsts: Counter[int] = Counter()
+    for seed in range(runs):
+        out = run_autoregressive(
+            TwoModes(target, [], second={0: 9}), STATE, 1, SamplerConfig(greedy=False), NumpyRandomSource(seed)
+        )
+        ar_firsts[int(out.tokens[0, 0])] += 1
+    for tok in (5, 9):
+        # binomial standard error at p <= 0.5 and n = 600 is at most 0.021: allow 4 of them
+        assert abs(firsts[tok] - ar_firsts[tok]) / runs < 0.085, (firsts, ar_firsts)
+    assert abs(firsts[9] / runs - p9) < 0.085
+    # the draft is not simply taken: 9 is drafted every time but drawn far less often
+    assert firsts[9] < 0.6 * runs
