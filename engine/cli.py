@@ -90,6 +90,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
         max_steps=args.steps,
         seed=args.seed,
         use_drafter=None if args.drafter is None else args.drafter == "on",
+        fit_canvas=None if args.fit_canvas is None else args.fit_canvas == "on",
     )
 
 
@@ -120,6 +121,11 @@ def result_json(result: Any, **extra: Any) -> dict[str, Any]:
             for c in result.candidates
         ],
         "steps": result.steps,
+        "passes": result.passes,
+        "rounds": result.rounds,
+        "accepted": result.accepted,
+        "canvas_tokens": result.canvas_tokens,
+        "fitted_tokens": result.fitted_tokens,
         "stop_reason": result.stop_reason,
         "encode_ms": round(result.encode_ms, 2),
         "denoise_ms": round(result.denoise_ms, 2),
@@ -275,7 +281,13 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument(
         "--canvas-tokens",
         type=int,
-        help="canvas length in tokens (default: the span's budget with --language, else the model's)",
+        help="longest fill in tokens (default: the span's budget with --language, else the model's); "
+        "a model with a length head sizes the canvas within it",
+    )
+    gen.add_argument(
+        "--fit-canvas",
+        choices=["on", "off"],
+        help="size the canvas by the model's length head (default: on when it has one)",
     )
     gen.add_argument("--context-tokens", type=int, help="context budget in tokens")
     gen.add_argument("--strategy", choices=STRATEGIES)

@@ -31,6 +31,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         seed=args.seed or 0,
         sampler=sampler_from_args(args, engine),
         use_drafter=None if args.drafter is None else args.drafter == "on",
+        fit_canvas=None if args.fit_canvas is None else args.fit_canvas == "on",
         canvas_tokens=args.canvas_tokens,
         context_tokens=args.context_tokens,
         baseline=args.baseline,

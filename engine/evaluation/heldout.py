@@ -98,6 +98,10 @@ class Outcome:
     steps: int
     tokens: int  # canvas positions used: the fill's tokens plus end-of-fill when it fit
     ms: float
+    passes: int = 0  # sequential forward passes, the context's included
+    rounds: int = 0  # verified decoding: drafts
+    accepted: int = 0  # verified decoding: drafted tokens kept
+    canvas: int = 0  # the canvas it ran with (the length head's size, else the budget)
 
 
 def load_files(data: Path) -> list[tuple[Path, str]]:
@@ -144,6 +148,7 @@ def run_task(
     sampler: SamplerConfig | None,
     use_drafter: bool | None,
     context_tokens: int | None,
+    fit_canvas: bool | None = None,
 ) -> Outcome:
     engine.reset()  # independent, cold fills: no cached context
     # the task's sampler as it is (the CLI's --strategy/--steps are already in it; the
@@ -155,6 +160,7 @@ def run_task(
         use_drafter=use_drafter,
         canvas_tokens=task.canvas,
         context_tokens=context_tokens,
+        fit_canvas=fit_canvas,
     )
     r = run.fill(InfillRequest(prefix=task.prefix, suffix=task.suffix))
     fill = r.text.split("\n", 1)[0] if task.single_line else r.text
@@ -166,6 +172,10 @@ def run_task(
         steps=r.steps,
         tokens=min(len(ids) + 1, task.canvas),
         ms=r.total_ms,
+        passes=r.passes,
+        rounds=r.rounds,
+        accepted=r.accepted,
+        canvas=r.fitted_tokens or r.canvas_tokens,
     )
 
 
@@ -223,6 +233,11 @@ def summarize(tasks: list[Task], outcomes: list[Outcome]) -> dict[str, Any]:
             statistics.mean(_similarity(o.fill, t.middle) for t, o in zip(tasks, outcomes, strict=True)), 4
         ),
         "steps_per_fill": round(statistics.mean(steps), 2),
+        "passes_per_fill": round(statistics.mean(o.passes for o in outcomes), 2),
+        "tokens_per_pass": round(sum(o.tokens for o in outcomes) / max(1, sum(o.passes for o in outcomes)), 2),
+        # verified decoding: drafted tokens kept per draft (0 for the other strategies)
+        "acceptance_length": round(sum(o.accepted for o in outcomes) / max(1, sum(o.rounds for o in outcomes)), 2),
+        "canvas_per_fill": round(statistics.mean(o.canvas for o in outcomes), 2),
         "tokens_per_fill": round(statistics.mean(o.tokens for o in outcomes), 2),
         "tokens_per_step": round(sum(o.tokens for o in outcomes) / max(1, sum(steps)), 2),
         "p50_ms": round(statistics.median(o.ms for o in outcomes), 2),
@@ -241,6 +256,7 @@ def evaluate_dir(
     canvas_tokens: int | None = None,
     context_tokens: int | None = None,
     baseline: bool = True,
+    fit_canvas: bool | None = None,
     functions: int = DEFAULT_FUNCTIONS,
     timeout: float = passk.DEFAULT_TIMEOUT_S,
     kinds: tuple[str, ...] = KINDS,
@@ -260,7 +276,7 @@ def evaluate_dir(
     def run_kind(kind: str, kind_tasks: list[Task]) -> None:
         runs["diffusion"][kind] = (
             kind_tasks,
-            [run_task(engine, t, base, use_drafter, context_tokens) for t in kind_tasks],
+            [run_task(engine, t, base, use_drafter, context_tokens, fit_canvas) for t in kind_tasks],
         )
         if baseline:
             outs = []
@@ -315,6 +331,8 @@ def evaluate_dir(
         "max_steps": base.max_steps,
         "entropy_bound": base.entropy_bound,
         "drafter": use_drafter if use_drafter is not None else bool(local.defaults.get("drafter", True)),
+        "fit_canvas": (fit_canvas if fit_canvas is not None else bool(local.defaults.get("fit_canvas", True)))
+        and local.den.info.length_classes > 0,
         "context_tokens": context_tokens or local.defaults.get("context_tokens"),
         "canvas_tokens": canvas_tokens
         or {"single_line": SINGLE_LINE_BUDGET, "random_span": PROSE_BUDGET, "block_body": MULTI_LINE_BUDGET},
@@ -330,17 +348,20 @@ def _cell(value: Any, fmt: str) -> str:
 
 
 def markdown_table(report: dict[str, Any]) -> str:
-    """Rows kind x {diffusion, baseline, empty}; columns EM, non-empty, syntax-valid (and
-    counting empty fills as failures), pass@1, steps, p50 ms."""
+    """Rows kind x {the strategy under test, baseline, empty}; columns EM, edit similarity,
+    non-empty, syntax-valid (and counting empty fills as failures), pass@1, sequential
+    passes per fill, p50 ms."""
     lines = [
-        "| kind | decoding | tasks | EM | non-empty | syntax-valid | valid & non-empty | same lines | pass@1 "
-        "| steps/fill | p50 ms |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| kind | decoding | tasks | EM | edit sim | non-empty | syntax-valid | valid & non-empty | same lines "
+        "| pass@1 | passes/fill | p50 ms |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    base_name = str((report.get("setup", {}).get("baseline") or "baseline").split(",")[0])
+    setup = report.get("setup", {})
+    base_name = str((setup.get("baseline") or "baseline").split(",")[0])
+    name = str(setup.get("strategy", "diffusion")) + (", length head" if setup.get("fit_canvas") else "")
     for kind in TABLE_KINDS:
-        for name, source in (
-            ("diffusion", report),
+        for label, source in (
+            (name, report),
             (base_name, report.get("baseline", {})),
             ("empty middle", report.get("empty", {})),
         ):
@@ -348,10 +369,11 @@ def markdown_table(report: dict[str, Any]) -> str:
             if not row or not row.get("tasks"):
                 continue
             lines.append(
-                f"| {kind} | {name} | {row['tasks']} | {_cell(row['exact_match'], '.1%')} "
+                f"| {kind} | {label} | {row['tasks']} | {_cell(row['exact_match'], '.1%')} "
+                f"| {_cell(row.get('edit_similarity'), '.3f')} "
                 f"| {_cell(row.get('non_empty'), '.1%')} | {_cell(row['syntax_valid'], '.1%')} "
                 f"| {_cell(row.get('syntax_valid_non_empty'), '.1%')} | {_cell(row.get('same_line_count'), '.1%')} "
                 f"| {_cell(row.get('pass_at_1'), '.1%')} "
-                f"| {row['steps_per_fill']:.1f} | {row['p50_ms']:.0f} |"
+                f"| {row.get('passes_per_fill', row['steps_per_fill']):.1f} | {row['p50_ms']:.0f} |"
             )
     return "\n".join(lines) + "\n"
