@@ -104,7 +104,13 @@ def engine_from_args(args: argparse.Namespace) -> Any:
 def _request(args: argparse.Namespace, prefix: str, suffix: str, language: str | None) -> Any:
     from engine.fill import InfillRequest
 
-    return InfillRequest(prefix=prefix, suffix=suffix, language=language, candidates=getattr(args, "candidates", 1))
+    return InfillRequest(
+        prefix=prefix,
+        suffix=suffix,
+        language=language,
+        candidates=getattr(args, "candidates", 1),
+        retry_candidates=getattr(args, "retry_candidates", 0),
+    )
 
 
 def result_json(result: Any, **extra: Any) -> dict[str, Any]:
@@ -243,6 +249,7 @@ def _lazy(module: str, name: str) -> Callable[[argparse.Namespace], int]:
 
 
 MAX_CANDIDATES = 16  # a batch of B canvases costs B times the memory of one
+RETRY_CANDIDATES = 8  # fill and batch: sampled candidates when the check leaves no fill
 
 
 def _int_in(lo: int, hi: int | None = None) -> Any:
@@ -299,10 +306,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="start the canvas from tokens copied out of the context (default: the model's setting)",
     )
 
+    retry = argparse.ArgumentParser(add_help=False)
+    retry.add_argument(
+        "--retry-candidates",
+        type=_int_in(0, MAX_CANDIDATES),
+        default=RETRY_CANDIDATES,
+        help=f"when the syntax check leaves no fill, sample this many more once (default {RETRY_CANDIDATES}; 0: never)",
+    )
+
     p = argparse.ArgumentParser(prog="diffusion-infill", description="Code infill with a diffusion language model.")
     sub = p.add_subparsers(dest="command", required=True)
 
-    f = sub.add_parser("fill", parents=[common, gen], help="fill at a position and print the fill")
+    f = sub.add_parser("fill", parents=[common, gen, retry], help="fill at a position and print the fill")
     f.add_argument("--file", type=Path)
     f.add_argument("--line", type=_int_in(1), help="1-based line of the cursor")
     f.add_argument("--col", type=_int_in(1), help="1-based column of the cursor")
@@ -313,7 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--json", action="store_true", help="print the full result as JSON")
     f.set_defaults(func=cmd_fill)
 
-    b = sub.add_parser("batch", parents=[common, gen], help="fill each JSONL request (id, prefix, suffix, language)")
+    b = sub.add_parser(
+        "batch", parents=[common, gen, retry], help="fill each JSONL request (id, prefix, suffix, language)"
+    )
     b.add_argument("--input", type=Path, help="JSONL input (default stdin)")
     b.add_argument("--output", type=Path, help="JSONL output (default stdout)")
     b.set_defaults(func=cmd_batch)

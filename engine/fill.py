@@ -11,7 +11,10 @@
      remote inference server (engine.remote, one class for its dialects);
   4. drop duplicates and blank alternatives;
   5. fit the indentation to the cursor's line;
-  6. check the syntax (engine.syntax.check_candidates): cut, drop and rank candidates.
+  6. check the syntax (engine.syntax.check_candidates): cut, drop and rank candidates;
+  7. when no candidate is left that is not blank and the request allows a retry
+     (`retry_candidates`), once more with that many candidates: the greedy fill alone
+     costs least, the sampled ones only when it fails.
 
 What to fill is the `InfillRequest`; how long and how to sample (budgets, sampler
 settings) are the engine's `FillOptions`, set once when it is made (from the server's
@@ -84,6 +87,7 @@ class InfillRequest:
     document: Any | None = None  # the caller's spans.Document of prefix + suffix, if it keeps one
     check_syntax: bool = True  # with a language that has a grammar: validate and cut candidates
     min_tokens: int | None = None  # None: 1 on a blank line (a line is wanted there), else 0
+    retry_candidates: int = 0  # when no candidate is left but blank ones: once more with this many (0: never)
 
 
 @dataclass
@@ -105,6 +109,7 @@ class InfillResult:
     passes: int = 0  # sequential forward passes of the model, the context's included
     rounds: int = 0  # verified decoding: drafts made
     accepted: int = 0  # verified decoding: drafted tokens kept (acceptance length: accepted / rounds)
+    retried: bool = False  # the first fill left nothing but blanks: these candidates are the retry's
 
     @property
     def text(self) -> str:
@@ -195,9 +200,25 @@ class Engine:
         )
         if not self._knows(req.language):
             return InfillResult(candidates=[], stop_reason="language", warnings=warnings)
+        control = control or FillControl()
+        result = self._fill_once(req, control, warnings)
+        if req.retry_candidates <= req.candidates or any(c.text.strip() for c in result.candidates):
+            return result
+        if result.error is not None or result.stop_reason in ("cancelled", "deadline"):
+            return result
+        more = replace(req, candidates=req.retry_candidates)  # 7
+        again = self._fill_once(more, control, [])
+        again.passes += result.passes
+        again.steps += result.steps
+        again.encode_ms += result.encode_ms
+        again.denoise_ms += result.denoise_ms
+        again.retried = True
+        return again
+
+    def _fill_once(self, req: InfillRequest, control: FillControl, warnings: list[str]) -> InfillResult:
         plan = plan_fill(req.prefix, req.suffix, req.language, req.document, req.region)  # 1
         budget = self.budget(req, plan, warnings)  # 2
-        job = Job(req, self.options, control or FillControl(), plan, budget, warnings)
+        job = Job(req, self.options, control, plan, budget, warnings)
         result = self.generator.generate(job)  # 3
         cands = [replace(c, text=fit_indent(req.prefix, c.text)) for c in distinct(result.candidates)]  # 4, 5
         if plan is not None and req.check_syntax:  # 6

@@ -19,7 +19,6 @@ from lsp_server.service import REGION
 
 INLINE_EDIT = "diffusion/inlineEdit"  # custom request: next edit suggestion
 MAX_INLINE_EDIT_CHARS = 2000  # a next-edit rewrites a statement, not a whole file
-UINTEGER_MAX = 2**31 - 1  # LSP's uinteger: a position past it is not a position
 _CONVERTER = converters.get_converter()
 
 
@@ -49,7 +48,7 @@ async def fill_hole(ls: DiffusionServer, uri: str, line: int, character: int) ->
     doc = open_document(ls, uri)
     if doc is None:
         return None
-    at = convert.locate(doc, types.Position(line, character)).offset
+    at = convert.locate(doc, convert.position(line, character, "diffusion.fillHole")).offset
     holes = [h for h in find_holes(syntax_tree(ls, uri, doc)) if h.start <= at <= h.end]
     if not holes:
         return None
@@ -78,13 +77,19 @@ async def fill_all_holes(ls: DiffusionServer, uri: str) -> types.WorkspaceEdit |
 async def regenerate_selection(
     ls: DiffusionServer, uri: str, sl: int, sc: int, el: int, ec: int
 ) -> types.WorkspaceEdit | None:
-    return await _rewrite_selection(ls, uri, types.Range(types.Position(sl, sc), types.Position(el, ec)), False)
+    what = "diffusion.regenerateSelection"
+    return await _rewrite_selection(
+        ls, uri, types.Range(convert.position(sl, sc, what), convert.position(el, ec, what)), False
+    )
 
 
 async def refine_selection(
     ls: DiffusionServer, uri: str, sl: int, sc: int, el: int, ec: int
 ) -> types.WorkspaceEdit | None:
-    return await _rewrite_selection(ls, uri, types.Range(types.Position(sl, sc), types.Position(el, ec)), True)
+    what = "diffusion.refineSelection"
+    return await _rewrite_selection(
+        ls, uri, types.Range(convert.position(sl, sc, what), convert.position(el, ec, what)), True
+    )
 
 
 async def inline_edit(ls: DiffusionServer, params: object) -> dict[str, object]:
@@ -191,9 +196,9 @@ def _inline_edit_params(params: object) -> tuple[str, int | None, types.Position
         return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
 
     doc, pos = get(params, "textDocument"), get(params, "position")
-    uri, line, character = get(doc, "uri"), get(pos, "line"), get(pos, "character")
-    if not isinstance(uri, str) or not all(isinstance(x, int) and 0 <= x <= UINTEGER_MAX for x in (line, character)):
+    uri = get(doc, "uri")
+    if not isinstance(uri, str):
         raise JsonRpcInvalidParams("diffusion/inlineEdit needs textDocument.uri and a position")
+    at = convert.position(get(pos, "line"), get(pos, "character"), "diffusion/inlineEdit")
     version = get(doc, "version")
-    assert isinstance(line, int) and isinstance(character, int)
-    return uri, version if isinstance(version, int) else None, types.Position(line, character)
+    return uri, version if isinstance(version, int) else None, at

@@ -8,11 +8,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
 
 from engine.spans.lines import LINE_BREAK, line_start
 from lsp_server.service import FillAnswer
 
 COMPLETION_LABEL_CHARS = 60  # a completion item's label shows this much of the fill
+UINTEGER_MAX = 2**31 - 1  # LSP's uinteger: a position past it is not a position
+
+
+def position(line: object, character: object, what: str = "a position") -> types.Position:
+    """A client's (line, character) as an LSP position; InvalidParams (not an internal
+    error) for anything that is not a pair of LSP uintegers."""
+    if not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= UINTEGER_MAX for x in (line, character)):
+        raise JsonRpcInvalidParams(f"{what} needs a line and a character from 0 to {UINTEGER_MAX}")
+    assert isinstance(line, int) and isinstance(character, int)
+    return types.Position(line, character)
 
 
 @dataclass(frozen=True)

@@ -265,24 +265,19 @@ class FillService:
 
     def _once(self, req: InfillRequest, kind: FillKind, control: FillControl) -> FillAnswer:
         """One engine fill, with the settings' deadline when the kind is timed; when the
-        kind retries, the greedy fill alone first (the most likely fill is the first
-        candidate anyway, and sampled rows cost most of a many-candidate fill's steps),
-        the others only when it is blank."""
+        kind retries, the engine tries the greedy fill alone first (the most likely fill
+        is the first candidate anyway, and sampled rows cost most of a many-candidate
+        fill's steps), the others only when it is blank."""
         engine = self.engine
         if engine is None:
             return FillAnswer([])
         if kind.timed:
             control = replace(control, deadline=time.monotonic() + self.settings.deadline_ms / 1000)
-        tries = (kind.candidates, kind.retry_candidates) if kind.retry_candidates else (kind.candidates,)
-        answer = FillAnswer([])
-        for n in tries:
-            self.engine_calls += 1
-            result = engine.fill(replace(req, candidates=n), control)
-            self._report(result.error)
-            answer = FillAnswer(result.candidates)
-            if result.stop_reason == "cancelled" or result.error is not None or answer.text:
-                break
-        return answer
+        self.engine_calls += 1
+        result = engine.fill(replace(req, candidates=kind.candidates, retry_candidates=kind.retry_candidates), control)
+        self.engine_calls += int(result.retried)
+        self._report(result.error)
+        return FillAnswer(result.candidates)
 
     def _report(self, error: str | None) -> None:
         """Tell the user of an engine fault once (not on every keystroke), and again only

@@ -210,7 +210,16 @@ def run_training(
     defaults = {**DEFAULTS, "max_canvas_tokens": max(cfg.canvas_tokens, cfg.long_canvas_tokens)}
     if cfg.ar_loss_weight > 0:
         defaults.update(AUTOREGRESSIVE_DEFAULTS)
-    save_model_dir(tmp, model, tok, "absorbing", defaults, card, autoregressive=cfg.ar_loss_weight > 0)
+    save_model_dir(
+        tmp,
+        model,
+        tok,
+        "absorbing",
+        defaults,
+        card,
+        autoregressive=cfg.ar_loss_weight > 0,
+        languages=["python"],  # the corpus is .py files only (engine.training.corpus)
+    )
     if corpora:  # what the weights were trained on ships with them, next to the card
         (tmp / DATA_MANIFEST).write_text(data_manifest(corpora), encoding="utf-8")
     shutil.rmtree(out, ignore_errors=True)

@@ -21,13 +21,15 @@ def save_model_dir(
     card: str,
     weights_dtype: str = "float16",
     autoregressive: bool = False,
+    languages: list[str] | None = None,
 ) -> None:
     """Write a complete embedded-architecture model directory (weights, ONNX, config, card).
 
     The weights are stored once, in model.safetensors (`weights_dtype`: float16, half the
     bytes at no measurable cost in fills, or float32); the ONNX graphs read them from
     that file (engine.training.export.link_weights). `autoregressive`: the weights were trained
-    with the next-token loss, so the backends offer the autoregressive mode."""
+    with the next-token loss, so the backends offer the autoregressive mode. `languages`: what
+    it was trained on (the engine offers no local fill in others unless asked to)."""
     import torch
     from safetensors.torch import save_file
 
@@ -44,6 +46,7 @@ def save_model_dir(
         "special_ids": {k: getattr(sp, k) for k in SPECIAL_TOKENS},
         "defaults": defaults,
         "autoregressive": autoregressive,
+        **({"languages": languages} if languages else {}),
     }
     (out / CONFIG_FILE).write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
     tokenizer.hf.save(str(out / TOKENIZER_FILE))

@@ -105,6 +105,14 @@ def test_a_position_past_lsp_s_uinteger_is_invalid_params(client: StdioClient) -
         assert answered(response), response
     response = client.request_raw("diffusion/inlineEdit", inline_params(URI, 2**40, 0))
     assert response.get("error", {}).get("code") == INVALID_PARAMS, response
+    for command, arguments in (
+        ("diffusion.fillHole", [URI, 2**40, 0]),
+        ("diffusion.fillHole", [URI, 0, -1]),
+        ("diffusion.regenerateSelection", [URI, 0, 0, 2**40, 0]),
+        ("diffusion.refineSelection", [URI, 0, 0, 0, 2**33]),
+    ):
+        response = client.request_raw("workspace/executeCommand", {"command": command, "arguments": arguments})
+        assert response.get("error", {}).get("code") == INVALID_PARAMS, (command, arguments, response)
     assert alive(client)
 
 
@@ -268,7 +276,16 @@ plausible = st.fixed_dictionaries(
     optional={
         "context": st.fixed_dictionaries({"triggerKind": st.integers(0, 3) | json_leaf}),
         "range": st.fixed_dictionaries({"start": position, "end": position}),
-        "command": st.sampled_from(["diffusion.fillHole", "diffusion.fillAllHoles", "diffusion.stats", "nope"]),
+        "command": st.sampled_from(
+            [
+                "diffusion.fillHole",
+                "diffusion.fillAllHoles",
+                "diffusion.regenerateSelection",
+                "diffusion.refineSelection",
+                "diffusion.stats",
+                "nope",
+            ]
+        ),
         "arguments": st.lists(json_value, max_size=5),
         "settings": json_value,
         "contentChanges": st.lists(json_value, max_size=3),

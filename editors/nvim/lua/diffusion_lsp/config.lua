@@ -14,7 +14,7 @@ local M = {}
 ---@field cmd? string[] Command that starts the server. Default `{ 'diffusion-lsp' }`.
 ---@field filetypes? string[] Filetypes to attach to.
 ---@field root_markers? string[] Files that mark a project root.
----@field settings? table<string, any> The server's `diffusionLsp` settings (model, backend, device, strategy, maxSteps, maxFillTokens, contextTokens, debounceMs, deadlineMs, alternatives, languages, drafts; a remote engine: endpoint, dialect, remoteModel, endpointPath, apiKeyEnv, requestTimeoutMs, tlsVerify).
+---@field settings? table<string, any> The server's `diffusionLsp` settings (every key: `:help diffusion-lsp-settings`, generated from lsp_server/settings.py).
 ---@field inline? boolean Use inline completion (ghost text) where Neovim has it (0.12+). Default `true`; `false` uses the completion menu.
 ---@field drafts? boolean Show the fill as it forms (the server's `diffusion/draft`). Default `false`.
 ---@field keys? diffusion_lsp.Keys
