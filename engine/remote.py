@@ -13,7 +13,10 @@ Dialects (docs/remote.md says what each sends):
 - "openai-fim": OpenAI-style FIM, `prompt` + `suffix` (`/v1/completions`, or the hosted
   `/v1/fim/completions` with `path`);
 - "llama-infill": llama.cpp's `llama-server` `/infill` (`input_prefix`, `input_suffix`,
-  `input_extra`, `n_predict`, `t_max_predict_ms`, `cache_prompt`).
+  `input_extra`, `n_predict`, `t_max_predict_ms`, `cache_prompt`);
+- "chat": OpenAI `/v1/chat/completions` (hosted endpoints, vLLM's and llama.cpp's chat
+  routes, Ollama): the fill asked for in words with a hole marker, the answer taken apart
+  (engine.chat) before the span check.
 
 The wire: one kept-alive connection (no new TLS handshake for a warm fill); every reply is
 streamed (SSE), drafts or not. Newest request wins on the wire too: a watcher shuts the
@@ -43,17 +46,24 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from engine import chat
 from engine.candidate import Candidate
 from engine.errors import EngineError
-from engine.fill import Engine, FillLimits, FillOptions, InfillResult, Job
+from engine.fill import Engine, FillControl, FillLimits, FillOptions, InfillResult, Job
 from engine.infill import CANDIDATE_TEMPERATURE
 from engine.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
-Dialect = Literal["vllm", "openai-fim", "llama-infill"]
-DIALECTS: tuple[Dialect, ...] = ("vllm", "openai-fim", "llama-infill")
-DEFAULT_PATHS: dict[str, str] = {"vllm": "/v1/completions", "openai-fim": "/v1/completions", "llama-infill": "/infill"}
+Dialect = Literal["vllm", "openai-fim", "llama-infill", "chat"]
+DIALECTS: tuple[Dialect, ...] = ("vllm", "openai-fim", "llama-infill", "chat")
+DEFAULT_PATHS: dict[str, str] = {
+    "vllm": "/v1/completions",
+    "openai-fim": "/v1/completions",
+    "llama-infill": "/infill",
+    "chat": "/v1/chat/completions",
+}
+CHAT_SLACK_TOKENS = 16  # a chat answer's code fence and language tag, on top of the fill's budget
 # DiffusionGemma's infill tokens (engine.modeldir.DG_SPECIAL_TOKENS), in the order infill puts them
 FIM_TOKENS = ("<|fim_suffix|>", "<|fim_prefix|>", "<|fim_middle|>")
 DEFAULT_BUDGET = 64  # max_tokens without a span (no language)
@@ -186,6 +196,8 @@ class RemoteGenerator:
             n = max(1, int(req.candidates))
             single = plan is not None and not plan.span.multiline
             body = self._body(prefix, suffix, job.budget, n, single, job)
+            if self.cfg.dialect == "chat" and job.control.on_draft is not None:
+                job = _extracting_drafts(job, prefix, suffix)
             reply = self._post(body, n, job)
         except _Cancelled as why:
             result.stop_reason = str(why)
@@ -196,7 +208,10 @@ class RemoteGenerator:
             return result
         finally:
             result.denoise_ms = (time.perf_counter() - t0) * 1000
-        result.candidates = [Candidate(text=text, token_ids=[], confidence=[]) for text in reply.texts]
+        texts = reply.texts
+        if self.cfg.dialect == "chat":
+            texts = [chat.extract_fill(t, prefix, suffix) for t in texts]
+        result.candidates = [Candidate(text=text, token_ids=[], confidence=[]) for text in texts]
         return result
 
     def _trim(self, prefix: str, suffix: str) -> tuple[str, str]:
@@ -233,6 +248,13 @@ class RemoteGenerator:
                 body["t_max_predict_ms"] = max(1, int((job.control.deadline - time.monotonic()) * 1000))
             if stop:
                 body["stop"] = stop
+        elif cfg.dialect == "chat":
+            plan = job.plan
+            span = plan.span.kind if plan is not None else None
+            body = {"messages": chat.messages(prefix, suffix, job.request.language, span, single)}
+            body.update(max_tokens=budget + CHAT_SLACK_TOKENS, temperature=temperature, stream=stream)
+            if n > 1:
+                body["n"] = n
         else:
             if cfg.dialect == "vllm":
                 suf, pre, mid = cfg.fim_tokens
@@ -391,11 +413,25 @@ class RemoteGenerator:
             raise RemoteError(f"{self.cfg.endpoint} sent no choices")
         texts = [""] * len(choices)
         for k, c in enumerate(choices):
-            if not isinstance(c, dict) or not isinstance(c.get("text"), str):
+            text = self._choice_text(c)
+            if text is None:
                 raise RemoteError(f"{self.cfg.endpoint} sent a choice without text")
             i = c.get("index", k)
-            texts[i if isinstance(i, int) and 0 <= i < len(texts) else k] = c["text"]
+            texts[i if isinstance(i, int) and 0 <= i < len(texts) else k] = text
         return texts[:n]
+
+    def _choice_text(self, choice: Any) -> str | None:
+        """A whole reply's choice: its `text`, or for chat its message's `content` (None,
+        as a model that says nothing sends it, is an empty answer)."""
+        if not isinstance(choice, dict):
+            return None
+        if self.cfg.dialect != "chat":
+            return choice["text"] if isinstance(choice.get("text"), str) else None
+        message = choice.get("message")
+        if not isinstance(message, dict):
+            return None
+        content = message.get("content")
+        return content if isinstance(content, str) else "" if content is None else None
 
     def _pieces(self, chunk: Any) -> Iterator[tuple[int, str, bool]]:
         """(candidate, text, ended) of one streamed chunk."""
@@ -408,7 +444,25 @@ class RemoteGenerator:
         for k, c in enumerate(chunk.get("choices") or []):
             if isinstance(c, dict):
                 i = c.get("index", k)
-                yield (i if isinstance(i, int) else k), str(c.get("text") or ""), c.get("finish_reason") is not None
+                delta = c.get("delta") if self.cfg.dialect == "chat" else None
+                piece = (
+                    (delta.get("content") if isinstance(delta, dict) else None)
+                    if self.cfg.dialect == "chat"
+                    else c.get("text")
+                )
+                yield (i if isinstance(i, int) else k), str(piece or ""), c.get("finish_reason") is not None
+
+
+def _extracting_drafts(job: Job, prefix: str, suffix: str) -> Job:
+    """The job with drafts shown as the code the chat answer holds so far."""
+    show = job.control.on_draft
+    assert show is not None
+
+    def on_draft(step: int, texts: list[str]) -> None:
+        show(step, [chat.extract_fill(t, prefix, suffix) for t in texts])
+
+    control = FillControl(deadline=job.control.deadline, cancel=job.control.cancel, on_draft=on_draft)
+    return Job(job.request, job.options, control, job.plan, job.budget, job.warnings)
 
 
 def _json(raw: bytes) -> Any:

@@ -209,7 +209,8 @@ OPTIONS: tuple[Option, ...] = (
         choices=DIALECTS,
         description=(
             "What the endpoint speaks. `vllm`: a rendered prompt over /v1/completions; `openai-fim`: prompt and"
-            " suffix; `llama-infill`: llama-server's /infill."
+            " suffix; `llama-infill`: llama-server's /infill; `chat`: an OpenAI-compatible /v1/chat/completions"
+            " (hosted endpoints that serve only chat), the fill asked for with a hole marker."
         ),
         remote=True,
     ),
@@ -228,7 +229,7 @@ OPTIONS: tuple[Option, ...] = (
         "string",
         nullable=True,
         description="Request path on the endpoint, e.g. `/v1/fim/completions`.",
-        unset="the dialect's (`/v1/completions`, `/infill`)",
+        unset="the dialect's (`/v1/completions`, `/infill`, `/v1/chat/completions`)",
         remote=True,
     ),
     Option(

@@ -78,6 +78,36 @@ def vllm(h: Any, body: dict[str, Any]) -> None:
     json_reply(h, 200, {"choices": [{"index": i, "text": t, "finish_reason": "stop"} for i, t in enumerate(texts)]})
 
 
+CHAT_ANSWERS = ["```python\n    return count\n```", "Here is the code:\n```python\ncount + 0\n```", "sum(items)"]
+
+
+def chat(h: Any, body: dict[str, Any]) -> None:
+    """An OpenAI-compatible chat route: choices[].message.content, or choices[].delta in a
+    stream; answers in the shapes chat models give (a fence, a sentence, the line again)."""
+    if not isinstance(body.get("messages"), list) or "prompt" in body:
+        json_reply(h, 400, {"error": {"message": "'messages' is a required property"}})
+        return
+    texts = CHAT_ANSWERS[: body.get("n", 1)]
+    if body.get("stream"):
+        events = [
+            {"choices": [{"index": i, "delta": {"role": "assistant"}, "finish_reason": None}]}
+            for i in range(len(texts))
+        ]
+        events += [
+            {"choices": [{"index": i, "delta": {"content": piece}, "finish_reason": None}]}
+            for i, t in enumerate(texts)
+            for piece in (t[:5], t[5:])
+        ]
+        events += [{"choices": [{"index": i, "delta": {}, "finish_reason": "stop"}]} for i in range(len(texts))]
+        sse(h, events)
+        return
+    choices = [
+        {"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": "stop"}
+        for i, t in enumerate(texts)
+    ]
+    json_reply(h, 200, {"choices": choices})
+
+
 @contextmanager
 def serve() -> Iterator[Engine]:
     """A fake engine on 127.0.0.1 (a free port), stopped on exit."""

@@ -26,9 +26,17 @@ from typing import Any
 import numpy as np
 
 FIM_PRE, FIM_SUF, FIM_MID = "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"
+# a ChatML template (Jinja, as llama.cpp's server renders it): the server's chat route
+# serves a model that carries one
+CHATML = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
-def write_gguf(path: Path, *, width: int = 64, layers: int = 1, fim: bool = True, vocab_letters: str = "xy") -> Path:
+def write_gguf(
+    path: Path, *, width: int = 64, layers: int = 1, fim: bool = True, vocab_letters: str = "xy", chat: bool = True
+) -> Path:
     """A tiny llama GGUF at `path` (see the module's docstring)."""
     import gguf
 
@@ -75,6 +83,8 @@ def write_gguf(path: Path, *, width: int = 64, layers: int = 1, fim: bool = True
     w.add_unk_token_id(0)
     w.add_add_bos_token(True)
     w.add_add_eos_token(False)
+    if chat:
+        w.add_chat_template(CHATML)
     if fim:
         w.add_uint32(gguf.Keys.Tokenizer.FIM_PRE_ID, fim_ids[FIM_PRE])
         w.add_uint32(gguf.Keys.Tokenizer.FIM_SUF_ID, fim_ids[FIM_SUF])

@@ -175,11 +175,14 @@ A string; nil: the local model."
 (defcustom diffusion-lsp-dialect nil
   "What the endpoint speaks.
 `vllm': a rendered prompt over /v1/completions; `openai-fim': prompt
-and suffix; `llama-infill': llama-server's /infill.
-One of \"vllm\", \"openai-fim\", \"llama-infill\"; nil: the server's default
-\(\"vllm\")."
+and suffix; `llama-infill': llama-server's /infill; `chat': an
+OpenAI-compatible /v1/chat/completions (hosted endpoints that serve
+only chat), the fill asked for with a hole marker.
+One of \"vllm\", \"openai-fim\", \"llama-infill\", \"chat\"; nil: the server's
+default (\"vllm\")."
   :type '(choice (const :tag "Server default" nil)
-                 (const "vllm") (const "openai-fim") (const "llama-infill")))
+                 (const "vllm") (const "openai-fim") (const "llama-infill")
+                 (const "chat")))
 
 (defcustom diffusion-lsp-remote-model nil
   "The served model's name, sent as `model' with each request.
@@ -188,8 +191,9 @@ A string; nil: no name sent."
 
 (defcustom diffusion-lsp-endpoint-path nil
   "Request path on the endpoint, e.g. `/v1/fim/completions'.
-A string; nil: the dialect's (/v1/completions, /infill)."
-  :type '(choice (const :tag "The dialect's (/v1/completions, /infill)" nil)
+A string; nil: the dialect's (/v1/completions, /infill,
+/v1/chat/completions)."
+  :type '(choice (const :tag "The dialect's (/v1/completions, /infill, /v1/chat/completions)" nil)
                  string))
 
 (defcustom diffusion-lsp-api-key-env nil

@@ -4,6 +4,7 @@ and every fault the issue lists (contract tests against tests/fake_engine.py).""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -12,9 +13,10 @@ from typing import Any
 import pytest
 
 from engine import fill
+from engine.chat import HOLE
 from engine.fill import FillControl, InfillRequest
 from engine.remote import RemoteConfig, RemoteError, RemoteGenerator, remote_engine
-from tests.fake_engine import Engine, json_reply, serve, sse, vllm
+from tests.fake_engine import Engine, chat, json_reply, serve, sse, vllm
 
 PREFIX = "def total(items):\n    count = 0\n    for item in items:\n        count += item\n    return "
 SUFFIX = "\n\n\nprint(total([1, 2]))\n"
@@ -210,20 +212,47 @@ FAULTS: dict[str, tuple[Callable[[Any, dict[str, Any]], None], str]] = {
 }
 
 
+@pytest.mark.parametrize("dialect", ["vllm", "chat"])
 @pytest.mark.parametrize("fault", list(FAULTS))
-def test_each_fault_is_a_clear_message_and_an_empty_answer(engine_server: Engine, fault: str) -> None:
+def test_each_fault_is_a_clear_message_and_an_empty_answer(engine_server: Engine, fault: str, dialect: str) -> None:
     reply, message = FAULTS[fault]
     engine_server.reply = reply
     stream = fault.startswith("stream")
-    eng = remote(engine_server.url, timeout_s=0.5)
+    eng = remote(engine_server.url, timeout_s=0.5, dialect=dialect)
     r = eng.fill(
         InfillRequest(prefix=PREFIX, suffix=SUFFIX), FillControl(on_draft=(lambda s, t: None) if stream else None)
     )
     assert not r.candidates and r.error is not None and message in r.error, r.error
     assert "Traceback" not in r.error
-    engine_server.reply = vllm  # and the next request is served (after any backoff)
+    engine_server.reply = vllm if dialect == "vllm" else chat  # and the next request is served (after any backoff)
     wire(eng)._backoff.ok()
     assert eng.fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX)).text == "count"
+
+
+def test_chat_asks_with_a_hole_and_takes_the_code_out_of_the_answers(engine_server: Engine) -> None:
+    engine_server.reply = chat
+    eng = remote(engine_server.url, dialect="chat", model="meta/llama-3.1-8b-instruct", api_key_env="CHAT_TEST_KEY")
+    os.environ["CHAT_TEST_KEY"] = "sk-test"
+    try:
+        drafts: list[list[str]] = []
+        r = eng.fill(
+            InfillRequest(prefix=PREFIX, suffix=SUFFIX, language="python", candidates=3),
+            FillControl(on_draft=lambda step, texts: drafts.append(texts)),
+        )
+    finally:
+        del os.environ["CHAT_TEST_KEY"]
+    sent = engine_server.seen[-1]
+    assert sent.path == "/v1/chat/completions" and sent.headers["Authorization"] == "Bearer sk-test"
+    body = sent.body
+    assert body["model"] == "meta/llama-3.1-8b-instruct" and body["n"] == 3 and body["stream"] is True
+    user = body["messages"][-1]["content"]
+    assert f"{PREFIX}{HOLE}{SUFFIX}" in user and "prompt" not in body and "suffix" not in body
+    assert body["max_tokens"] > r.canvas_tokens  # room for a fence around the fill
+    # a fence with the line again, a sentence and a fence, a bare answer: three clean fills
+    assert [c.text for c in r.candidates] == ["count", "count + 0", "sum(items)"]
+    assert drafts and "```" not in "".join(drafts[-1])  # drafts show the code, not the markdown
+    whole = remote(engine_server.url, dialect="chat").fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX))
+    assert whole.text == "count" and engine_server.seen[-1].body["stream"] is True
 
 
 def test_an_unreachable_endpoint_is_not_hammered() -> None:
