@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 from engine.errors import EngineError, InputError
-from engine.modeldir import BACKENDS, DEFAULT_MODEL_DIR, load_model
+from engine.modeldir import BACKENDS, DEFAULT_MODEL_DIR, QUANTIZATIONS, load_model
 from engine.sampler import STRATEGIES, SamplerConfig
 from engine.spans import language_for
 
@@ -98,7 +98,8 @@ def engine_from_args(args: argparse.Namespace) -> Any:
     """The engine on the model, backend and device the arguments name, with their options."""
     from engine.infill import local_engine
 
-    return local_engine(load_model(args.model, backend=args.backend, device=args.device), options_from_args(args))
+    model = load_model(args.model, backend=args.backend, device=args.device, quantization=args.quantization)
+    return local_engine(model, options_from_args(args))
 
 
 def _request(args: argparse.Namespace, prefix: str, suffix: str, language: str | None) -> Any:
@@ -282,6 +283,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common.add_argument("--backend", choices=BACKENDS, default="auto")
     common.add_argument("--device", type=_device, default="cpu", help="cpu, cuda or cuda:N")
+    common.add_argument(
+        "--quantization",
+        choices=QUANTIZATIONS,
+        default="none",
+        help="DiffusionGemma checkpoints: int8 or 4bit weights (the memory needed is checked before loading)",
+    )
     common.add_argument("-v", "--verbose", action="store_true")
 
     gen = argparse.ArgumentParser(add_help=False)

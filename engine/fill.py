@@ -14,7 +14,8 @@
   6. check the syntax (engine.syntax.check_candidates): cut, drop and rank candidates;
   7. when no candidate is left that is not blank and the request allows a retry
      (`retry_candidates`), once more with that many candidates: the greedy fill alone
-     costs least, the sampled ones only when it fails.
+     costs least, the sampled ones only when it fails (where the span is whole lines
+     before a line of code, the usual fill-in-the-middle shape, each at least a token).
 
 What to fill is the `InfillRequest`; how long and how to sample (budgets, sampler
 settings) are the engine's `FillOptions`, set once when it is made (from the server's
@@ -207,6 +208,8 @@ class Engine:
         if result.error is not None or result.stop_reason in ("cancelled", "deadline"):
             return result
         more = replace(req, candidates=req.retry_candidates)  # 7
+        if result.span == "lines":  # whole lines before a line of code: the retry asks for a line
+            more.min_tokens = max(1, req.min_tokens or 0)
         again = self._fill_once(more, control, [])
         again.passes += result.passes
         again.steps += result.steps

@@ -38,6 +38,7 @@ ENCODE_FILE = "encode.onnx"
 DENOISE_FILE = "denoise.onnx"
 
 BACKENDS: tuple[str, ...] = ("auto", "onnx", "torch", "diffusion_gemma")
+QUANTIZATIONS = ("none", "int8", "4bit")  # DiffusionGemma weights (engine/denoisers/dg_quant.py)
 
 # The shipped default model lives inside the package.
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "weights"
@@ -137,9 +138,12 @@ def denoiser_info(cfg: dict[str, Any]) -> DenoiserInfo:
     )
 
 
-def load_model(path: Path | None = None, backend: str = "auto", device: str = "cpu") -> LoadedModel:
+def load_model(
+    path: Path | None = None, backend: str = "auto", device: str = "cpu", quantization: str = "none"
+) -> LoadedModel:
     """Load a model directory with the chosen backend ("auto": onnx for the embedded
-    architecture, diffusion_gemma for DiffusionGemma checkpoints)."""
+    architecture, diffusion_gemma for DiffusionGemma checkpoints). `quantization`
+    ("none", "int8", "4bit") is for DiffusionGemma checkpoints (docs/gpu.md)."""
     path = Path(path) if path is not None else DEFAULT_MODEL_DIR
     if backend not in BACKENDS:
         raise ModelLoadError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -148,11 +152,16 @@ def load_model(path: Path | None = None, backend: str = "auto", device: str = "c
     if model_type == DG_MODEL_TYPE:
         if backend not in ("auto", "diffusion_gemma"):
             raise ModelLoadError(f"{path} is a DiffusionGemma checkpoint: use backend diffusion_gemma, not {backend}")
-        return _load_diffusion_gemma(path, cfg, device)
+        return _load_diffusion_gemma(path, cfg, device, quantization)
     if model_type != MODEL_TYPE:
         raise ModelLoadError(f"{path / CONFIG_FILE}: unknown model_type {model_type!r}")
     if backend == "diffusion_gemma":
         raise ModelLoadError(f"{path} is not a DiffusionGemma checkpoint (model_type {model_type!r})")
+    if quantization != "none":
+        raise ModelLoadError(
+            f"quantization {quantization!r} is for DiffusionGemma checkpoints; {path} is the embedded "
+            "architecture (already small: use quantization 'none')"
+        )
     _check_embedded(path, cfg)
     _require(path, TOKENIZER_FILE)
     tok = Tokenizer.from_file(path / TOKENIZER_FILE)
@@ -227,7 +236,7 @@ def load_weights(model: Any, file: Path) -> None:
         raise ModelLoadError(f"weights in {file} do not fit the architecture in config.json: {exc}") from exc
 
 
-def _load_diffusion_gemma(path: Path, cfg: dict[str, Any], device: str) -> LoadedModel:
+def _load_diffusion_gemma(path: Path, cfg: dict[str, Any], device: str, quantization: str = "none") -> LoadedModel:
     try:
         from engine.denoisers.diffusion_gemma import DiffusionGemmaDenoiser
     except ImportError as exc:
@@ -237,7 +246,7 @@ def _load_diffusion_gemma(path: Path, cfg: dict[str, Any], device: str) -> Loade
     _require(path, TOKENIZER_FILE)
     names = dict(cfg.get("diffusion_lsp", {}).get("special_tokens", DG_SPECIAL_TOKENS))
     tok = Tokenizer.from_file(path / TOKENIZER_FILE, names)
-    den = DiffusionGemmaDenoiser.from_dir(path, device=device)
+    den = DiffusionGemmaDenoiser.from_dir(path, device=device, quantization=quantization)
     if tok.vocab_size > den.info.vocab_size:
         raise ModelLoadError(
             f"{path}: tokenizer.json has {tok.vocab_size} tokens but the model only {den.info.vocab_size}: "

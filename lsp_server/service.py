@@ -141,7 +141,12 @@ class FillService:
                 )
                 where = f"{settings.endpoint} ({settings.dialect})"
             else:
-                model = load_model(Path(settings.model) if settings.model else None, settings.backend, settings.device)
+                model = load_model(
+                    Path(settings.model) if settings.model else None,
+                    settings.backend,
+                    settings.device,
+                    settings.quantization,
+                )
                 engine, where = local_engine(model, options), f"{model.path} ({model.backend} backend)"
         except EngineError as exc:
             self.load_error = str(exc)

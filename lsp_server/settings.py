@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from engine.modeldir import QUANTIZATIONS
 from engine.remote import DIALECTS
 from engine.sampler import STRATEGIES
 
@@ -36,6 +37,7 @@ class Settings:
     alternatives: int = 3  # candidates when the user asks (triggerKind Invoked)
     languages: list[str] = field(default_factory=list)  # empty: all languages
     drafts: bool = False
+    quantization: str = "none"  # DiffusionGemma checkpoints: "int8" or "4bit" weights
     # a remote engine (docs/remote.md): set `endpoint` and the fills come from it
     endpoint: str | None = None  # http(s) URL of the inference server; None: the local model
     dialect: str = "vllm"
@@ -51,6 +53,7 @@ ENGINE_FIELDS = (
     "model",
     "backend",
     "device",
+    "quantization",
     "endpoint",
     "dialect",
     "remote_model",
@@ -105,6 +108,16 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("backend", "backend", "string", choices=BACKENDS, description="Inference backend."),
     Option("device", "device", "string", description="Device: `cpu`, `cuda` or `cuda:N`."),
+    Option(
+        "quantization",
+        "quantization",
+        "string",
+        choices=QUANTIZATIONS,
+        description=(
+            "DiffusionGemma checkpoints: `int8` or `4bit` weights (experts included) for a GPU that cannot hold"
+            " them in bfloat16; the memory needed is checked before loading (docs/gpu.md)."
+        ),
+    ),
     Option(
         "strategy",
         "strategy",

@@ -44,12 +44,21 @@ except ImportError as exc:
         "Install them with: pip install 'diffusion-lsp[torch]'"
     ) from exc
 
+from engine.denoisers import dg_quant
 from engine.denoisers.base import DenoiserInfo, EncodedContext, host_array
 from engine.denoisers.dg_graph import StepGraph, graph_unavailable_reason
 from engine.denoisers.dg_static import StaticContext, static_step
 from engine.denoisers.kv import common_prefix_len
 from engine.denoisers.torch import TorchRandomSource
 from engine.errors import ModelLoadError
+
+
+def _as_dtype(value: Any) -> torch.dtype:
+    """A config's dtype (a torch dtype or its name) as a torch dtype (bfloat16 when unknown)."""
+    if isinstance(value, torch.dtype):
+        return value
+    resolved = getattr(torch, str(value).removeprefix("torch."), None)
+    return resolved if isinstance(resolved, torch.dtype) else torch.bfloat16
 
 
 def _cache_keyword() -> str:
@@ -201,6 +210,7 @@ class DiffusionGemmaDenoiser:
         path: str | os.PathLike[str],
         device: str = "auto",
         dtype: torch.dtype | str | None = None,
+        quantization: str = "none",
         **options: Any,
     ) -> DiffusionGemmaDenoiser:
         """Load a local checkpoint directory (config.json + safetensors weights).
@@ -208,6 +218,9 @@ class DiffusionGemmaDenoiser:
         device: "auto" (cuda when available, else cpu), "cpu", "cuda" or "cuda:N".
         dtype: a torch dtype or its name; None keeps the checkpoint's dtype on cuda and
             uses float32 on cpu. Only safetensors are read (never pickles), only from disk.
+        quantization: "none", "int8" or "4bit" (engine.denoisers.dg_quant): the memory it
+            needs is checked against the device's free memory first; the checkpoint is
+            quantized on the host as it is loaded, then moved to the device.
         options: passed to the constructor (static_cache, max_prompt, cuda_graph,
             graph_shapes, experts); graphs are captured here, at load.
         """
@@ -230,17 +243,35 @@ class DiffusionGemmaDenoiser:
             if not isinstance(resolved, torch.dtype):
                 raise ValueError(f"unknown torch dtype {dtype!r}")
             dtype = resolved
+        if quantization not in dg_quant.QUANTIZATIONS:
+            raise ModelLoadError(
+                f"unknown quantization {quantization!r}; choose one of {', '.join(dg_quant.QUANTIZATIONS)}"
+            )
         torch_dtype: torch.dtype | str = dtype if dtype is not None else ("auto" if on_cuda else torch.float32)
+        try:
+            from transformers import AutoConfig
+
+            config = AutoConfig.from_pretrained(str(root), local_files_only=True)
+        except (OSError, ValueError, KeyError) as exc:
+            raise ModelLoadError(f"could not read the DiffusionGemma config in {root}: {exc}") from exc
+        stored = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or torch.bfloat16
+        compute = torch_dtype if isinstance(torch_dtype, torch.dtype) else _as_dtype(stored)
+        dg_quant.check_fits(config, quantization, compute, str(device), root)  # type: ignore[arg-type]
+        if quantization != "none":  # quantized on the host while loading: it holds the checkpoint once
+            dg_quant.check_fits(config, "none", compute, "cpu", root)
         kwargs: dict[str, Any] = {
             "local_files_only": True,
             "trust_remote_code": False,
             "use_safetensors": True,
             "dtype": torch_dtype,
         }
-        if on_cuda:
+        if on_cuda and quantization == "none":
             kwargs["device_map"] = device
         try:
             model = DiffusionGemmaForBlockDiffusion.from_pretrained(str(root), **kwargs)
+            if quantization != "none":
+                dg_quant.quantize_model(model, quantization)  # type: ignore[arg-type]
+                model.to(str(device))  # type: ignore[arg-type]
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             raise ModelLoadError(f"could not load DiffusionGemma model from {root}: {exc}") from exc
         model.eval()

@@ -14,7 +14,10 @@ from engine.modeldir import load_model
 def cmd_bench(args: argparse.Namespace) -> int:
     from engine.evaluation.benchmark import run_benchmark
 
-    report = run_benchmark(load_model(args.model, backend=args.backend, device=args.device), repeats=args.repeats)
+    report = run_benchmark(
+        load_model(args.model, backend=args.backend, device=args.device, quantization=args.quantization),
+        repeats=args.repeats,
+    )
     text = json.dumps(report, indent=None if args.json else 2)
     sys.stdout.write(text + "\n")
     return 0
