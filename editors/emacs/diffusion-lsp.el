@@ -104,6 +104,14 @@ default (\"auto\")."
 A string; nil: the server's default (\"cpu\")."
   :type '(choice (const :tag "Server default" nil) string))
 
+(defcustom diffusion-lsp-quantization nil
+  "DiffusionGemma checkpoints: `int8' or `4bit' weights (experts
+included) for a GPU that cannot hold them in bfloat16; the memory
+needed is checked before loading (docs/gpu.md).
+One of \"none\", \"int8\", \"4bit\"; nil: the server's default (\"none\")."
+  :type '(choice (const :tag "Server default" nil)
+                 (const "none") (const "int8") (const "4bit")))
+
 (defcustom diffusion-lsp-strategy nil
   "Decoding strategy.
 `left_to_right' decodes one canvas token per step, `autoregressive'
@@ -219,6 +227,7 @@ booleans are always sent."
   (let ((pairs `((:model . ,(and diffusion-lsp-model (expand-file-name diffusion-lsp-model)))
                  (:backend . ,diffusion-lsp-backend)
                  (:device . ,diffusion-lsp-device)
+                 (:quantization . ,diffusion-lsp-quantization)
                  (:strategy . ,diffusion-lsp-strategy)
                  (:maxSteps . ,diffusion-lsp-max-steps)
                  (:maxFillTokens . ,diffusion-lsp-max-fill-tokens)

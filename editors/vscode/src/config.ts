@@ -11,6 +11,7 @@ const SERVER_KEYS = [
   "model",
   "backend",
   "device",
+  "quantization",
   "strategy",
   "maxSteps",
   "maxFillTokens",
