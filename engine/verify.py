@@ -19,9 +19,13 @@ the denoiser must also be an `Autoregressive`). Per candidate row, in rounds:
      text is distributed as the one-token mode's;
   4. the row ends at end-of-fill, after a token of `stop_after`, or at `length` tokens.
 
-Every round decodes at least one token, so a row takes at most `length` rounds. The
-one-token mode's state is cut back to the accepted tokens for free (a prefix of its
-cache); the token it adds itself is encoded with the next round's verification.
+Every round decodes at least one token, so a row takes at most `length` rounds. Where
+the mode replaced one drafted token, the rest of the draft is tried first in the next
+round, as it stands (a wrong name or operator leaves the code after it in place): that
+round costs one verification pass and no draft, and a new draft is made only when the
+rest fails at once. The one-token mode's state is cut back to the accepted tokens for
+free (a prefix of its cache); the token it adds itself is encoded with the next round's
+verification.
 `passes` counts the sequential forward passes (draft encodes, canvas steps,
 verifications, plus one for the context), `rounds` and `accepted` the drafts and how
 many of their tokens were kept: the acceptance length is accepted / rounds.
@@ -179,22 +183,26 @@ def _row(
     ar_state = state  # the one-token mode's state: the context and accepted[: len(accepted) - len(pending)]
     pending: list[int] = []  # accepted tokens not yet in ar_state (the mode's own last token)
     canvas_state = state
+    leftover: list[int] = []  # the last draft after the token the mode replaced, tried before a new draft
     stats.passes += 1  # the context's pass (it also gives the first next-token logits)
     while True:
         if (stop := stop_requested(cancel, deadline)) is not None:
             return stop
         room = length - len(accepted)
-        # 2. the draft, the accepted tokens in the prefix
-        if accepted:
-            canvas_state = den.encode(draft_context(accepted), canvas_state)
-            stats.passes += 1
-        n = max(1, min(room, fit(canvas_state, room) if fit is not None else room))
-        cfg = replace(draft_cfg, min_tokens=max(0, chooser.cfg.min_tokens - len(accepted)))
-        drafted = run(den, canvas_state, initial_canvas(den, 1, n, rng), cfg, rng)
-        stats.passes += drafted.steps
-        row = [int(t) for t in drafted.tokens[0]]
-        end = next((i for i, t in enumerate(row) if t in ends), None)
-        draft = row[:end] + [info.eof_id] if end is not None else row
+        fresh = not leftover
+        if leftover:  # a token replaced, the rest of the draft may still fit: free to try
+            draft, leftover = leftover[:room], []
+        else:  # 2. a new draft, the accepted tokens in the prefix
+            if accepted:
+                canvas_state = den.encode(draft_context(accepted), canvas_state)
+                stats.passes += 1
+            n = max(1, min(room, fit(canvas_state, room) if fit is not None else room))
+            cfg = replace(draft_cfg, min_tokens=max(0, chooser.cfg.min_tokens - len(accepted)))
+            drafted = run(den, canvas_state, initial_canvas(den, 1, n, rng), cfg, rng)
+            stats.passes += drafted.steps
+            row = [int(t) for t in drafted.tokens[0]]
+            end = next((i for i, t in enumerate(row) if t in ends), None)
+            draft = row[:end] + [info.eof_id] if end is not None else row
         body = draft[:-1] if draft and draft[-1] == info.eof_id else draft
         # 3. verify the whole draft in one pass: row j of `scored` predicts the token
         # after (pending + body)[j]
@@ -209,6 +217,7 @@ def _row(
 
         new: list[int] = []
         done = False
+        missed: int | None = None  # the draft position whose token the mode replaced
         for i in range(len(draft) + (0 if draft and draft[-1] == info.eof_id else 1)):
             if len(accepted) + len(new) >= length:
                 done = True
@@ -231,8 +240,11 @@ def _row(
                 done = True
                 break
             if not agreed:
+                missed = i if d is not None else None
                 break
         kept = _agreed_prefix(new, body)
+        if missed is not None and (fresh or kept > 0):  # a leftover that fails at once is not tried again
+            leftover = draft[missed + 1 :]
         # the mode's state: the context, the accepted tokens before this round and the
         # drafted ones it kept (a prefix of `ext`, free); the rest waits for the next pass
         prefix_len = len(ar_state.token_ids) + len(pending) + kept

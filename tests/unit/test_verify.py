@@ -139,8 +139,19 @@ def test_a_wrong_token_costs_one_round() -> None:
     den = TwoModes(TARGET, [5, 6, 7, 2, 9, 10, 11, 5])
     ver, ar, stats, _ = greedy(den)
     assert ver == ar
-    # round 1 keeps 5 6 7 and adds 8 itself; round 2 drafts 9 10 11 5 <eof> after it, all kept
+    # round 1 keeps 5 6 7 and adds 8 itself; round 2 tries the rest of the draft as it
+    # stands (9 10 11 5 <eof>), all kept: no second draft, only its verification
     assert (stats.rounds, stats.accepted) == (2, 3 + 5)
+    assert stats.passes == 1 + 2 + 1 and den.denoise_calls == 1
+
+
+def test_a_leftover_that_fails_at_once_gets_a_new_draft() -> None:
+    # the draft is off by one from its third token: the rest fails at once after the
+    # replaced token, so the canvas drafts again (and that draft is right)
+    den = TwoModes(TARGET, [5, 6, 8, 9, 9, 10, 11, 5])
+    ver, ar, stats, _ = greedy(den)
+    assert ver == ar
+    assert den.denoise_calls == 2 and stats.rounds == 3  # draft, leftover (fails at once), draft
 
 
 def test_one_line_min_tokens_and_the_length_cap_match_the_one_token_mode() -> None:
