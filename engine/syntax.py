@@ -34,6 +34,38 @@ def _keep_tokens(tok: Tokenizer | None, cand: Candidate, text: str) -> Candidate
     return replace(cand, text=text, token_ids=cand.token_ids[:n], confidence=cand.confidence[:n])
 
 
+def _retext(tok: Tokenizer | None, cand: Candidate, text: str) -> Candidate:
+    """`cand` with another text (re-indented): its tokens again, each at the candidate's
+    mean confidence."""
+    if tok is None:
+        return replace(cand, text=text)
+    ids = tok.encode(text)
+    return replace(cand, text=text, token_ids=ids, confidence=[cand.mean_confidence] * len(ids))
+
+
+def reindent_to_next_line(fill: str, suffix: str) -> str | None:
+    """`fill` (whole lines) shifted so that its first line starts at the indentation of
+    the line after it, its other lines keeping their indentation relative to the first;
+    None when that changes nothing. A line inserted before an indented line belongs
+    there far more often than not, and a small model gets the indentation wrong more
+    often than the code."""
+    lines = fill.splitlines(keepends=True)
+    if not lines or not fill.strip():
+        return None
+    nxt = suffix.split("\n", 1)[0]
+    target = nxt[: len(nxt) - len(nxt.lstrip(" \t"))]
+    first = lines[0][: len(lines[0]) - len(lines[0].lstrip(" \t"))]
+    if target == first or not nxt.strip():
+        return None
+    out = []
+    for line in lines:
+        if line.startswith(first) and line.strip():
+            out.append(target + line[len(first) :])
+        else:
+            out.append(line)
+    return "".join(out)
+
+
 @dataclass(frozen=True)
 class FillPlan:
     """What a fill completes, decided before sampling."""
@@ -94,18 +126,37 @@ def check_candidates(
     out: list[Candidate] = []
     strict: bool | None = None  # decided at the first candidate that gets that far
     before = after = ""
-    for cand in candidates:
-        fill = cand.text if span.multiline else cand.text.splitlines()[0] if cand.text else ""
+
+    def judge(fill: str, cand: Candidate) -> str | None:
+        """The fill to keep (validated, cut where needed), or None."""
+        nonlocal strict, before, after
         verdict = validate_fill(doc, len(prefix), fill)
         if verdict.status == "rejected" or (not verdict.fill.strip() and cand.text.strip()):
-            continue
+            return None
         if strict is None:
             before, after = _top_level_chunk(prefix, suffix) if lang.name == "python" else ("", "")
             strict = lang.name == "python" and _python_compiles(before + replaced + after)
         if strict and not _python_compiles(before + verdict.fill + after):
+            return None
+        statuses[verdict.fill] = verdict.status
+        return verdict.fill
+
+    statuses: dict[str, str] = {}
+    for cand in candidates:
+        fill = cand.text if span.multiline else cand.text.splitlines()[0] if cand.text else ""
+        kept_fill = judge(fill, cand)
+        if kept_fill is None and span.kind == "lines":  # whole lines: at the next line's indentation
+            moved = reindent_to_next_line(fill, suffix)
+            kept_fill = judge(moved, cand) if moved is not None else None
+            if kept_fill is not None:
+                kept = _retext(tok, cand, kept_fill)
+                kept.syntax = "truncated"  # changed to pass: ranked after fills that parse as written
+                out.append(kept)
             continue
-        kept = _keep_tokens(tok, cand, verdict.fill)
-        kept.syntax = verdict.status
+        if kept_fill is None:
+            continue
+        kept = _keep_tokens(tok, cand, kept_fill)
+        kept.syntax = statuses[kept_fill]
         out.append(kept)
     ranked = sorted(out, key=lambda c: _RANK.get(c.syntax, 2))  # stable: greedy first among equals
     unique: dict[str, Candidate] = {}  # a candidate cut to parse may now equal another one

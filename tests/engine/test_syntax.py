@@ -72,3 +72,23 @@ def test_the_compile_check_reads_only_the_top_level_statement_around_the_fill() 
     suffix = "\n    b = 2\n\n\ndef g():\n    return 3\n"
     before, after = _top_level_chunk(prefix, suffix)
     assert before == "if os.sep:\n    a = 1\nelse:\n    " and after == "\n    b = 2\n\n\n"
+
+
+def test_a_whole_line_fill_is_moved_to_the_next_lines_indentation_when_only_that_fails() -> None:
+    """At column 0 before an indented line, a line the model wrote at the wrong
+    indentation is kept at the next line's; one that fails anyway is still dropped."""
+    engine = local_engine(load_model())
+    tok = local(engine).tok
+    prefix = "def bisect(a, lo, hi):\n    if lo < 0:\n"
+    suffix = "        raise ValueError('lo must be non-negative')\n    return lo\n"
+    cands = [cand(engine, t) for t in ("print(lo)\n", "    print(hi)\n", "    x = (\n")]
+    out = check_candidates(tok, cands, prefix, suffix, "python")
+    assert [(c.text, c.syntax) for c in out] == [
+        ("        print(lo)\n", "truncated"),
+        ("        print(hi)\n", "truncated"),
+    ]
+    for c in out:  # tokens follow the new text
+        assert tok.decode(c.token_ids) == c.text and len(c.confidence) == len(c.token_ids)
+    # at the right indentation already: kept as written, ranked first
+    right = check_candidates(tok, [cand(engine, "        print(lo)\n")], prefix, suffix, "python")
+    assert [(c.text, c.syntax) for c in right] == [("        print(lo)\n", "ok")]

@@ -1,37 +1,52 @@
-"""FillService.fill of the REGION kind (code actions): the greedy fill alone first, the
-sampled candidates only when it gives nothing usable. A fake engine with known answers;
-the real engine's candidates are tested in tests/engine."""
+"""FillService.fill of the REGION kind (code actions), through the engine's retry: the
+greedy fill alone first, the sampled candidates only when it gives nothing usable. A fake
+generator with known answers behind the real Engine; the real engine's candidates are
+tested in tests/engine."""
 
 from __future__ import annotations
 
 import asyncio
 
 from engine.candidate import Candidate
-from engine.fill import FillControl, InfillRequest, InfillResult
+from engine.fill import Engine, FillLimits, InfillRequest, InfillResult, Job
 from lsp_server.service import REGION, REGION_CANDIDATES, FillService
 
 
 class AnswerBook:
-    """An engine whose fills are given per number of candidates asked for."""
+    """A generator whose raw candidates are given per number of candidates asked for."""
+
+    limits = FillLimits(default=16, longest=None, hard=None)
+    languages = None
+    takes_extra_files = False
+    tokenizer = None
 
     def __init__(self, answers: dict[int, list[str]], error: str | None = None) -> None:
         self.answers = answers
         self.error = error
         self.asked: list[int] = []
 
-    def fill(self, req: InfillRequest, control: FillControl | None = None) -> InfillResult:
-        self.asked.append(req.candidates)
-        texts = self.answers.get(req.candidates, [])
+    def count_tokens(self, text: str) -> int:
+        return len(text)
+
+    def generate(self, job: Job) -> InfillResult:
+        self.asked.append(job.request.candidates)
+        texts = self.answers.get(job.request.candidates, [])
         return InfillResult(
             candidates=[Candidate(text=t, token_ids=[], confidence=[]) for t in texts],
             steps=1,
             error=self.error,
         )
 
+    def reset(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
 
 def service(engine: AnswerBook) -> FillService:
     fills = FillService()
-    fills.engine = engine  # type: ignore[assignment]
+    fills.engine = Engine(engine)
     fills.ready.set()
     return fills
 

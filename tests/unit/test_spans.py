@@ -278,7 +278,7 @@ def test_replacing_whole_lines_keeps_the_line_break() -> None:
         ("    z = y * 2", ["    z = y * 2\n"]),
         ("    z = y * 2\n    w = 1\n", ["    z = y * 2\n"]),  # one line: the rest is cut
         ("    z = y *", ["    z = y\n"]),  # cut, and never run into `return y`
-        ("  z = 1\n", []),  # indentation CPython refuses
+        ("  z = 1\n", ["    z = 1\n"]),  # CPython refuses the indentation: moved to the next line's
         ("", [""]),
     ],
 )
