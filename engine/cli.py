@@ -345,6 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     be = sub.add_parser("bench", parents=[common], help="latency and steps benchmark, JSON on stdout")
     be.add_argument("--json", action="store_true", help="one line of JSON")
     be.add_argument("--repeats", type=_int_in(1), default=20)
+    be.add_argument("--strategy", choices=STRATEGIES, help="the cold and warm fills' (default: the model's)")
     be.set_defaults(func=_lazy("engine.evaluation.cli", "cmd_bench"))
 
     e = sub.add_parser(

@@ -77,8 +77,11 @@ def _fill_tokens(engine: Engine, text: str) -> int:
     return engine.generator.count_tokens(text) + 1
 
 
-def run_benchmark(model: LoadedModel, repeats: int = 20) -> dict[str, Any]:
-    engine = local_engine(model, FillOptions(canvas_tokens=CANVAS_TOKENS, context_tokens=CONTEXT_TOKENS))
+def run_benchmark(model: LoadedModel, repeats: int = 20, strategy: str | None = None) -> dict[str, Any]:
+    """`strategy`: the cold and warm fills' (None: the model's default)."""
+    engine = local_engine(
+        model, FillOptions(canvas_tokens=CANVAS_TOKENS, context_tokens=CONTEXT_TOKENS, strategy=strategy)
+    )
     cases = positions(bench_sources(), repeats)
     assert isinstance(engine.generator, LocalGenerator)
     base = engine.generator.default_sampler()
@@ -153,7 +156,7 @@ def run_benchmark(model: LoadedModel, repeats: int = 20) -> dict[str, Any]:
     report["setup"] = {
         "model": str(model.path),
         "backend": model.backend,
-        "strategy": base.strategy,
+        "strategy": strategy or base.strategy,
         "entropy_bound": base.entropy_bound,
         "drafter_default": bool(model.defaults.get("drafter", True)),
         "max_steps": base.max_steps,

@@ -17,6 +17,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     report = run_benchmark(
         load_model(args.model, backend=args.backend, device=args.device, quantization=args.quantization),
         repeats=args.repeats,
+        strategy=args.strategy,
     )
     text = json.dumps(report, indent=None if args.json else 2)
     sys.stdout.write(text + "\n")
