@@ -108,3 +108,22 @@ def test_the_cli_fills_with_a_quantized_checkpoint(checkpoint: Path, capsys: pyt
 def _write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+def test_the_server_setting_loads_a_quantized_checkpoint_or_says_why_not(
+    checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lsp_server.service import FillService
+    from lsp_server.settings import parse_settings
+
+    settings, problems = parse_settings({"model": str(checkpoint), "quantization": "4bit"})
+    assert problems == [] and settings.quantization == "4bit"
+    fills = FillService()
+    assert fills.load(settings) is None and fills.engine is not None
+    model = fills.engine.generator.model.denoiser.model  # type: ignore[attr-defined]
+    assert any(isinstance(m, dg_quant.QuantLinear) for m in model.modules())
+    _, bad = parse_settings({"quantization": "3bit"})
+    assert bad and "quantization" in bad[0]
+    monkeypatch.setattr(dg_quant, "free_memory", lambda device: 1024)
+    error = fills.load(settings)
+    assert error is not None and "GiB is free" in error and fills.engine is None
