@@ -43,27 +43,31 @@ def _retext(tok: Tokenizer | None, cand: Candidate, text: str) -> Candidate:
     return replace(cand, text=text, token_ids=ids, confidence=[cand.mean_confidence] * len(ids))
 
 
-def reindent_to_next_line(fill: str, suffix: str) -> str | None:
+def _indent(line: str) -> str:
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
+def reindented(fill: str, prefix: str, suffix: str) -> list[str]:
     """`fill` (whole lines) shifted so that its first line starts at the indentation of
-    the line after it, its other lines keeping their indentation relative to the first;
-    None when that changes nothing. A line inserted before an indented line belongs
-    there far more often than not, and a small model gets the indentation wrong more
-    often than the code."""
+    the line after it, then of the last line with code before it; its other lines keep
+    their indentation relative to the first. A small model gets a line's indentation
+    wrong more often than its code, and a line inserted between two lines of code is at
+    one of theirs far more often than not."""
     lines = fill.splitlines(keepends=True)
     if not lines or not fill.strip():
-        return None
+        return []
     nxt = suffix.split("\n", 1)[0]
-    target = nxt[: len(nxt) - len(nxt.lstrip(" \t"))]
-    first = lines[0][: len(lines[0]) - len(lines[0].lstrip(" \t"))]
-    if target == first or not nxt.strip():
-        return None
-    out = []
-    for line in lines:
-        if line.startswith(first) and line.strip():
-            out.append(target + line[len(first) :])
-        else:
-            out.append(line)
-    return "".join(out)
+    before = [ln for ln in prefix.splitlines() if ln.strip()]
+    targets = [_indent(nxt) if nxt.strip() else None, _indent(before[-1]) if before else None]
+    first = _indent(lines[0])
+    out: list[str] = []
+    for target in targets:
+        if target is None or target == first:
+            continue
+        moved = "".join(target + ln[len(first) :] if ln.startswith(first) and ln.strip() else ln for ln in lines)
+        if moved not in out:
+            out.append(moved)
+    return out
 
 
 @dataclass(frozen=True)
@@ -145,9 +149,8 @@ def check_candidates(
     for cand in candidates:
         fill = cand.text if span.multiline else cand.text.splitlines()[0] if cand.text else ""
         kept_fill = judge(fill, cand)
-        if kept_fill is None and span.kind == "lines":  # whole lines: at the next line's indentation
-            moved = reindent_to_next_line(fill, suffix)
-            kept_fill = judge(moved, cand) if moved is not None else None
+        if kept_fill is None and span.kind == "lines":  # whole lines: at a neighbour's indentation
+            kept_fill = next((k for m in reindented(fill, prefix, suffix) if (k := judge(m, cand)) is not None), None)
             if kept_fill is not None:
                 kept = _retext(tok, cand, kept_fill)
                 kept.syntax = "truncated"  # changed to pass: ranked after fills that parse as written

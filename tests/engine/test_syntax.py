@@ -92,3 +92,7 @@ def test_a_whole_line_fill_is_moved_to_the_next_lines_indentation_when_only_that
     # at the right indentation already: kept as written, ranked first
     right = check_candidates(tok, [cand(engine, "        print(lo)\n")], prefix, suffix, "python")
     assert [(c.text, c.syntax) for c in right] == [("        print(lo)\n", "ok")]
+    # before a dedented line (`else:`), the line before it gives the indentation
+    prefix, suffix = "def f(x):\n    if x:\n        y = 1\n", "    else:\n        y = 2\n    return y\n"
+    inside = check_candidates(tok, [cand(engine, "z = 3\n")], prefix, suffix, "python")
+    assert [c.text for c in inside] == ["        z = 3\n"]
