@@ -189,10 +189,15 @@ class DiffusionCoder(nn.Module):
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(self.norm(x), self.embed.weight)  # tied output head: (..., d) -> (..., V)
 
-    def length_logits(self, x: torch.Tensor) -> torch.Tensor:
-        """Length-head logits (..., K) from final hidden states (..., d) at the middle marker."""
+    def length_logits(self, x: torch.Tensor, probe: bool = False) -> torch.Tensor:
+        """Length-head logits (..., K) from final hidden states (..., d) at the middle marker;
+        `probe`: no gradient into the trunk (the states and the final norm)."""
         assert self.length_head is not None
-        return self.length_head(self.norm(x))
+        if not probe:
+            return self.length_head(self.norm(x))
+        x = x.detach()
+        normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.norm.eps) * self.norm.weight.detach()
+        return self.length_head(normed)
 
     def encode(
         self,
@@ -320,7 +325,11 @@ class DiffusionCoder(nn.Module):
             q, k, v = layer.qkv_heads(x, rot)
             x = layer.finish(x, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
         canvas_logits = self.logits(x[:, p : p + c])
-        length = self.length_logits(x[:, p - 1]) if self.length_head is not None else None  # (B, K)
+        # the length head reads the middle marker's state without training it: that state
+        # also predicts the fill's first token (the autoregressive mode). Run 6 let the
+        # length loss into it and its one-token mode began most function bodies with an
+        # empty line (MODEL_CARD.md); this is the suspected cause, not a proven one
+        length = self.length_logits(x[:, p - 1], probe=True) if self.length_head is not None else None  # (B, K)
         if ar_select is None:
             return DualOutput(canvas_logits, None, length)
         picked = self.norm(x[ar_select])  # (N, d)

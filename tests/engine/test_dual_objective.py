@@ -398,3 +398,10 @@ def test_fitted_canvases_and_the_length_loss() -> None:
     assert terms.length is not None
     # the head starts from zero: a uniform guess over its classes
     torch.testing.assert_close(terms.length, torch.tensor(12.0).log())
+    # it learns as a probe: its loss moves the head, never the trunk the next-token mode reads
+    assert m.length_head is not None
+    torch.nn.init.normal_(m.length_head.weight)
+    m.zero_grad()
+    loss_terms(m, batch, tok, cfg, torch.Generator().manual_seed(0)).length.backward()  # type: ignore[union-attr]
+    assert m.length_head.weight.grad is not None and m.length_head.weight.grad.abs().sum() > 0
+    assert all(p.grad is None or not p.grad.any() for n, p in m.named_parameters() if not n.startswith("length_head"))
