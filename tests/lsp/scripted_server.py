@@ -200,7 +200,9 @@ def scripted_loader(script: Script) -> Any:
     """A stand-in for engine.modeldir.load_model: the directory's config.json and
     tokenizer.json, read and checked as the real loader does, with a ScriptedDenoiser."""
 
-    def load_model(path: Path | None = None, backend: str = "auto", device: str = "cpu") -> LoadedModel:
+    def load_model(
+        path: Path | None = None, backend: str = "auto", device: str = "cpu", quantization: str = "none"
+    ) -> LoadedModel:
         path = Path(path) if path is not None else DEFAULT_MODEL_DIR
         if backend not in BACKENDS:
             raise ModelLoadError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
