@@ -674,6 +674,45 @@ class _Uniform(_Regime):
         return new_canvas, locked, new_argmax, confidence
 
 
+class OneToken:
+    """The one-token mode's choice at one position, for `run_autoregressive` and verified
+    decoding (engine/verify.py) alike: suppressed tokens and the mask barred, end-of-fill
+    and padding barred before `min_tokens`, the logits divided by `temp`; the argmax when
+    `greedy`, else a draw from the tempered softmax."""
+
+    def __init__(self, denoiser: Any, cfg: SamplerConfig, temp: float, greedy: bool, rng: RandomSource) -> None:
+        info = denoiser.info
+        self.den, self.info, self.cfg, self.temp, self.greedy, self.rng = denoiser, info, cfg, temp, greedy, rng
+        barred = np.zeros(info.vocab_size, dtype=bool)
+        barred[list(info.suppress_ids)] = True
+        if info.mask_id is not None:
+            barred[info.mask_id] = True
+        self.barred = barred
+
+    def probs(self, logits: np.ndarray, position: int) -> tuple[np.ndarray, np.ndarray]:
+        """(processed logits, probabilities) at the fill's `position`."""
+        proc = np.where(self.barred, -1.0e30, logits.astype(np.float32) / self.temp)
+        if position < self.cfg.min_tokens:
+            proc[[self.info.eof_id, self.info.pad_id]] = -1.0e30
+        return proc, to_numpy(softmax(proc))
+
+    def draw(self, probs: np.ndarray) -> int:
+        return int(to_numpy(self.rng.categorical(self.den.as_array(probs[None, None].astype(np.float32))))[0, 0])
+
+    def choose(self, logits: np.ndarray, position: int) -> tuple[int, float]:
+        """(token, its probability)."""
+        proc, probs = self.probs(logits, position)
+        tok = int(np.argmax(proc)) if self.greedy else self.draw(probs)
+        return tok, float(probs[tok])
+
+
+def row_settings(batch: int, row_temperature: Any | None, greedy_rows: Any | None) -> tuple[np.ndarray, np.ndarray]:
+    """(temperature factor, greedy) per row, on the host, from the loops' optional arguments."""
+    temps = np.ones(batch, dtype=np.float32) if row_temperature is None else to_numpy(row_temperature).reshape(-1)
+    greedy = np.zeros(batch, dtype=bool) if greedy_rows is None else to_numpy(greedy_rows).reshape(-1)
+    return temps, greedy
+
+
 def run_autoregressive(
     denoiser: Any,
     state: EncodedContext,
@@ -701,17 +740,13 @@ def run_autoregressive(
     info = denoiser.info
     tokens = np.full((batch, length), info.pad_id, dtype=np.int64)
     confidence = np.ones((batch, length), dtype=np.float32)
-    temps = np.ones(batch, dtype=np.float32) if row_temperature is None else to_numpy(row_temperature).reshape(-1)
-    greedy = np.zeros(batch, dtype=bool) if greedy_rows is None else to_numpy(greedy_rows).reshape(-1)
-    barred = np.zeros(info.vocab_size, dtype=bool)
-    barred[list(info.suppress_ids)] = True
-    if info.mask_id is not None:
-        barred[info.mask_id] = True
+    temps, greedy = row_settings(batch, row_temperature, greedy_rows)
     steps = 0
     row_steps = [0] * batch
     reason: StopReason = "complete"
     temp = cfg.temperature(cfg.max_steps)  # one token at a time has no step schedule: the first step's
     for r in range(batch):
+        chooser = OneToken(denoiser, cfg, temp * float(temps[r]), bool(cfg.greedy or greedy[r]), rng)
         st = state
         logits = to_numpy(denoiser.next_logits(st)).astype(np.float32)
         steps += 1  # the first token's logits came with the context's last position
@@ -720,15 +755,7 @@ def run_autoregressive(
             if (stop := stop_requested(cancel, deadline)) is not None:
                 reason = stop
                 break
-            proc = np.where(barred, -1.0e30, logits / (temp * float(temps[r])))
-            if i < cfg.min_tokens:
-                proc[[info.eof_id, info.pad_id]] = -1.0e30
-            probs = to_numpy(softmax(proc))
-            if cfg.greedy or greedy[r]:
-                tok = int(np.argmax(proc))
-            else:
-                tok = int(to_numpy(rng.categorical(denoiser.as_array(probs[None, None])))[0, 0])
-            confidence[r, i] = float(probs[tok])
+            tok, confidence[r, i] = chooser.choose(logits, i)
             if tok in (info.eof_id, info.pad_id):
                 tokens[r, i] = info.eof_id
                 break

@@ -41,13 +41,14 @@ import numpy as np
 
 from engine.denoisers.base import EncodedContext, RandomSource
 from engine.sampler import (
+    OneToken,
     SamplerConfig,
     SampleResult,
     StepView,
     StopReason,
     initial_canvas,
+    row_settings,
     run,
-    softmax,
     stop_requested,
     to_numpy,
 )
@@ -61,40 +62,25 @@ class VerifyStats:
     accepted: int = 0  # draft tokens the one-token mode kept
 
 
-class _Chooser:
-    """The one-token mode's choice at one position, as `run_autoregressive` makes it:
-    suppressed tokens and the mask barred, end-of-fill and padding barred before
-    `min_tokens`, the first step's temperature times the row's factor."""
-
-    def __init__(self, info: Any, cfg: SamplerConfig, temp: float, greedy: bool, rng: RandomSource, den: Any) -> None:
-        self.info, self.cfg, self.temp, self.greedy, self.rng, self.den = info, cfg, temp, greedy, rng, den
-        barred = np.zeros(info.vocab_size, dtype=bool)
-        barred[list(info.suppress_ids)] = True
-        if info.mask_id is not None:
-            barred[info.mask_id] = True
-        self.barred = barred
-
-    def probs(self, logits: np.ndarray, position: int) -> tuple[np.ndarray, np.ndarray]:
-        proc = np.where(self.barred, -1.0e30, logits.astype(np.float32) / self.temp)
-        if position < self.cfg.min_tokens:
-            proc[[self.info.eof_id, self.info.pad_id]] = -1.0e30
-        return proc, to_numpy(softmax(proc))
+class _Chooser(OneToken):
+    """The one-token mode's choice, checking a drafted token: greedy rows keep it when it
+    is the argmax; sampled rows keep it with the probability the mode gives it, else draw
+    from the rest of the distribution (speculative sampling with a point-mass draft)."""
 
     def check(self, logits: np.ndarray, position: int, drafted: int | None) -> tuple[int, float, bool]:
         """(token, its probability, whether it is the drafted one)."""
-        proc, probs = self.probs(logits, position)
-        if self.greedy:
-            tok = int(np.argmax(proc))
-            return tok, float(probs[tok]), tok == drafted
-        if drafted is not None:
-            if self._uniform() < float(probs[drafted]):
-                return drafted, float(probs[drafted]), True
-            rest = probs.copy()
-            rest[drafted] = 0.0
-            total = float(rest.sum())
-            if total > 0:
-                probs = rest / total
-        tok = int(to_numpy(self.rng.categorical(self.den.as_array(probs[None, None].astype(np.float32))))[0, 0])
+        if self.greedy or drafted is None:
+            tok, p = self.choose(logits, position)
+            return tok, p, tok == drafted
+        _, probs = self.probs(logits, position)
+        if self._uniform() < float(probs[drafted]):
+            return drafted, float(probs[drafted]), True
+        rest = probs.copy()
+        rest[drafted] = 0.0
+        total = float(rest.sum())
+        if total > 0:
+            probs = rest / total
+        tok = self.draw(probs)
         return tok, float(probs[tok]), False
 
     def _uniform(self) -> float:
@@ -130,8 +116,7 @@ def run_verified(
     stats = stats if stats is not None else VerifyStats()
     tokens = np.full((batch, length), info.pad_id, dtype=np.int64)
     confidence = np.ones((batch, length), dtype=np.float32)
-    temps = np.ones(batch, dtype=np.float32) if row_temperature is None else to_numpy(row_temperature).reshape(-1)
-    greedy = np.zeros(batch, dtype=bool) if greedy_rows is None else to_numpy(greedy_rows).reshape(-1)
+    temps, greedy = row_settings(batch, row_temperature, greedy_rows)
     draft_cfg = replace(
         cfg,
         strategy=cfg.draft_strategy,
@@ -145,7 +130,7 @@ def run_verified(
     reason: StopReason = "complete"
     row_steps = []
     for r in range(batch):
-        chooser = _Chooser(info, cfg, temp * float(temps[r]), bool(cfg.greedy or greedy[r]), rng, denoiser)
+        chooser = _Chooser(denoiser, cfg, temp * float(temps[r]), bool(cfg.greedy or greedy[r]), rng)
         before = stats.passes
         reason = _row(
             denoiser, state, draft_context, length, draft_cfg, rng, chooser, tokens[r], confidence[r],
