@@ -444,12 +444,10 @@ class RemoteGenerator:
         for k, c in enumerate(chunk.get("choices") or []):
             if isinstance(c, dict):
                 i = c.get("index", k)
-                delta = c.get("delta") if self.cfg.dialect == "chat" else None
-                piece = (
-                    (delta.get("content") if isinstance(delta, dict) else None)
-                    if self.cfg.dialect == "chat"
-                    else c.get("text")
-                )
+                piece = c.get("text")
+                if self.cfg.dialect == "chat":  # chat streams the message's pieces as deltas
+                    delta = c.get("delta")
+                    piece = delta.get("content") if isinstance(delta, dict) else None
                 yield (i if isinstance(i, int) else k), str(piece or ""), c.get("finish_reason") is not None
 
 
