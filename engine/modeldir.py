@@ -10,7 +10,9 @@ An embedded-architecture model directory holds:
     MODEL_CARD.md      data, licences, recipe, evaluation
 
 A directory whose config.json has model_type "diffusion_gemma" is a transformers
-checkpoint and loads through the diffusion_gemma backend.
+checkpoint and loads through the diffusion_gemma backend; model_type "Dream" (Dream,
+DiffuCoder, Dream-Coder, DreamOn), "qwen2" or "llama" loads through the dream backend
+(engine/denoisers/dream.py, docs/models.md).
 
 Weights load only from safetensors and ONNX files, never from pickles, and only from the
 local directory: nothing is fetched.
@@ -37,7 +39,10 @@ CARD_FILE = "MODEL_CARD.md"
 ENCODE_FILE = "encode.onnx"
 DENOISE_FILE = "denoise.onnx"
 
-BACKENDS: tuple[str, ...] = ("auto", "onnx", "torch", "diffusion_gemma")
+DREAM_MODEL_TYPES = ("Dream", "dream")  # the Dream family: a diffusion-trained Qwen2
+AUTOREGRESSIVE_MODEL_TYPES = ("qwen2", "llama")  # plain checkpoints, run by the dream backend too
+
+BACKENDS: tuple[str, ...] = ("auto", "onnx", "torch", "diffusion_gemma", "dream")
 QUANTIZATIONS = ("none", "int8", "4bit")  # DiffusionGemma weights (engine/denoisers/dg_quant.py)
 
 # The shipped default model lives inside the package.
@@ -142,8 +147,9 @@ def load_model(
     path: Path | None = None, backend: str = "auto", device: str = "cpu", quantization: str = "none"
 ) -> LoadedModel:
     """Load a model directory with the chosen backend ("auto": onnx for the embedded
-    architecture, diffusion_gemma for DiffusionGemma checkpoints). `quantization`
-    ("none", "int8", "4bit") is for DiffusionGemma checkpoints (docs/gpu.md)."""
+    architecture, diffusion_gemma for DiffusionGemma checkpoints, dream for the Dream
+    family and plain Qwen2/Llama checkpoints). `quantization` ("none", "int8", "4bit")
+    is for DiffusionGemma checkpoints (docs/gpu.md)."""
     path = Path(path) if path is not None else DEFAULT_MODEL_DIR
     if backend not in BACKENDS:
         raise ModelLoadError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
@@ -153,6 +159,14 @@ def load_model(
         if backend not in ("auto", "diffusion_gemma"):
             raise ModelLoadError(f"{path} is a DiffusionGemma checkpoint: use backend diffusion_gemma, not {backend}")
         return _load_diffusion_gemma(path, cfg, device, quantization)
+    if model_type in DREAM_MODEL_TYPES + AUTOREGRESSIVE_MODEL_TYPES:
+        if backend not in ("auto", "dream"):
+            raise ModelLoadError(f"{path} is a {model_type} checkpoint: use backend dream, not {backend}")
+        if quantization != "none":
+            raise ModelLoadError(f"quantization {quantization!r} is for DiffusionGemma checkpoints, not {model_type}")
+        return _load_dream(path, cfg, device)
+    if backend == "dream":
+        raise ModelLoadError(f"{path} is not a Dream, Qwen2 or Llama checkpoint (model_type {model_type!r})")
     if model_type != MODEL_TYPE:
         raise ModelLoadError(f"{path / CONFIG_FILE}: unknown model_type {model_type!r}")
     if backend == "diffusion_gemma":
@@ -261,6 +275,88 @@ def _load_diffusion_gemma(path: Path, cfg: dict[str, Any], device: str, quantiza
             )
     defaults = {"regime": "uniform", **cfg.get("diffusion_lsp", {}).get("defaults", {})}
     return LoadedModel(path=path, tokenizer=tok, denoiser=den, backend="diffusion_gemma", defaults=defaults)
+
+
+def _load_dream(path: Path, cfg: dict[str, Any], device: str) -> LoadedModel:
+    """A Dream-family or plain Qwen2/Llama checkpoint through the dream backend. Special
+    ids come from config.json (eos, pad, bos, mask_token_id) and the tokenizer (the
+    fill-in-the-middle markers); config.json's optional "diffusion_lsp" section may set
+    "special_tokens" (names), "autoregressive", "cache" ("exact" or "dual") and "defaults"."""
+    try:
+        from engine.denoisers import dream
+    except ImportError as exc:
+        raise ModelLoadError(f"{path} needs torch and transformers: pip install 'diffusion-lsp[torch]'") from exc
+    _require(path, TOKENIZER_FILE)
+    from tokenizers import Tokenizer as HFTokenizer
+
+    try:
+        hf = HFTokenizer.from_file(str(path / TOKENIZER_FILE))
+    except Exception as exc:  # tokenizers raises plain Exception on bad JSON
+        raise ModelLoadError(f"cannot read tokenizer {path / TOKENIZER_FILE}: {exc}") from exc
+    own = cfg.get("diffusion_lsp", {})
+    model_type = cfg["model_type"]
+    vocab = int(cfg.get("vocab_size", 0))
+    eos = _first_id(cfg.get("eos_token_id"))
+    if eos is None:
+        raise ModelLoadError(f"{path / CONFIG_FILE} defines no eos_token_id")
+    # DiffuCoder pads the canvas after the fill with its own token; the others with eos
+    pad = _first_id(hf.token_to_id("<|dlm_pad|>")) or _first_id(cfg.get("pad_token_id"))
+    pad = eos if pad is None else pad
+    mask = _first_id(cfg.get("mask_token_id"))
+    if mask is None:
+        mask = hf.token_to_id("<|mask|>")
+    if mask is None and vocab > hf.get_vocab_size():
+        mask = hf.get_vocab_size()  # an autoregressive checkpoint: its first unused row (adapt trains it)
+    if mask is None:
+        raise ModelLoadError(f"{path}: no mask token (config.json mask_token_id) and no unused row to use as one")
+    names = {
+        "pad": hf.id_to_token(pad) or "",
+        "eof": hf.id_to_token(eos) or "",
+        "mask": hf.id_to_token(mask) or "",
+        "suffix": DG_SPECIAL_TOKENS["suffix"],
+        "prefix": DG_SPECIAL_TOKENS["prefix"],
+        "middle": DG_SPECIAL_TOKENS["middle"],
+        **own.get("special_tokens", {}),
+    }
+    tok = Tokenizer(hf, names)
+    if tok.vocab_size > vocab:
+        raise ModelLoadError(
+            f"{path}: tokenizer.json has {tok.vocab_size} tokens but the model only {vocab}: "
+            "the tokenizer does not belong to this checkpoint"
+        )
+    # Dream's evaluations and DreamOn put <|beginoftext|> first; Qwen2 configs name a bos
+    start = _first_id(hf.token_to_id("<|beginoftext|>"))
+    start = _first_id(cfg.get("bos_token_id")) if start is None else start
+    sp = tok.special
+    specials = dream.Specials(
+        mask=mask,
+        eof=sp.eof,
+        pad=sp.pad,
+        start=eos if start is None else start,
+        fim_prefix=sp.prefix,
+        fim_suffix=sp.suffix,
+        fim_middle=sp.middle,
+    )
+    # never sampled: the tokenizer's special tokens (but the ends) and the rows it never produces
+    special = [i for i, t in hf.get_added_tokens_decoder().items() if t.special and i not in (sp.eof, sp.pad)]
+    suppress = [*special, *range(tok.vocab_size, vocab)]
+    cache = own.get("cache", "exact")
+    if cache not in dream.CACHE_MODES:
+        raise ModelLoadError(f"{path / CONFIG_FILE}: diffusion_lsp.cache must be one of {', '.join(dream.CACHE_MODES)}")
+    autoregressive = bool(own.get("autoregressive", model_type in AUTOREGRESSIVE_MODEL_TYPES))
+    model = dream.load_causal_model(path, cfg, device)
+    den = dream.DreamDenoiser(model, specials, autoregressive=autoregressive, cache=cache, suppress_ids=suppress)
+    # an autoregressive checkpoint's canvas is untrained: it decodes one token at a time
+    defaults = {"strategy": "autoregressive"} if model_type in AUTOREGRESSIVE_MODEL_TYPES else {}
+    defaults.update(own.get("defaults", {}))
+    return LoadedModel(path=path, tokenizer=tok, denoiser=den, backend="dream", defaults=defaults)
+
+
+def _first_id(value: Any) -> int | None:
+    """A token id from a config field that holds an id, a list of ids, or null."""
+    if isinstance(value, list):
+        return int(value[0]) if value else None
+    return None if value is None else int(value)
 
 
 # Gemma's tokenizer names for the infill sentinels; a checkpoint may override them in

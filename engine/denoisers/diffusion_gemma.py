@@ -25,7 +25,6 @@ transformers' MoE implementation ("grouped_mm", its default and graph-safe; "bat
 
 from __future__ import annotations
 
-import copy
 import inspect
 import logging
 import os
@@ -37,7 +36,7 @@ from typing import Any
 try:
     import torch
     from transformers import DiffusionGemmaForBlockDiffusion
-    from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
+    from transformers.cache_utils import Cache, DynamicCache
 except ImportError as exc:
     raise ImportError(
         "The diffusion_gemma backend needs torch and transformers (>= 5.23, with DiffusionGemma). "
@@ -48,6 +47,7 @@ from engine.denoisers import dg_quant
 from engine.denoisers.base import DenoiserInfo, EncodedContext, host_array
 from engine.denoisers.dg_graph import StepGraph, graph_unavailable_reason
 from engine.denoisers.dg_static import StaticContext, static_step
+from engine.denoisers.hf_cache import cache_nbytes, can_crop, expand_cache, fork_cache
 from engine.denoisers.kv import common_prefix_len
 from engine.denoisers.torch import TorchRandomSource
 from engine.errors import ModelLoadError
@@ -82,56 +82,6 @@ DEFAULT_MAX_PROMPT = 4096
 EXPERTS_IMPLEMENTATIONS = ("grouped_mm", "batched_mm", "eager")
 
 log = logging.getLogger(__name__)
-
-
-def _fork_cache(cache: Cache) -> Cache:
-    """A cache that can be extended or cropped without touching `cache`.
-
-    Dynamic layers only ever replace their tensors (torch.cat, slicing), never write into
-    them, so new layer objects sharing the tensors are enough; any other layer type is
-    deep-copied.
-    """
-    if all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer) for layer in cache.layers):
-        forked = copy.copy(cache)
-        forked.layers = [copy.copy(layer) for layer in cache.layers]
-        return forked
-    return copy.deepcopy(cache)
-
-
-def _can_crop(cache: Cache) -> bool:
-    """Whether every layer still holds all its tokens, so that cropping is exact."""
-    for layer in cache.layers:
-        if type(layer) is DynamicSlidingWindowLayer:
-            if layer.get_seq_length() >= layer.sliding_window:  # older tokens were dropped
-                return False
-        elif type(layer) is not DynamicLayer:
-            return False
-    return True
-
-
-def _expand_cache(cache: Cache, batch: int) -> Cache:
-    """A view of a batch-1 cache as batch `batch` (no copy: tensors are expanded)."""
-    if batch == 1:
-        return cache
-    forked = _fork_cache(cache)
-    for layer in forked.layers:
-        keys: Any = getattr(layer, "keys", None)
-        values: Any = getattr(layer, "values", None)
-        if getattr(layer, "is_initialized", False) and isinstance(keys, torch.Tensor):
-            if keys.shape[0] != 1:
-                raise ValueError(f"the encoded context has batch {keys.shape[0]}; expected 1")
-            layer.keys = keys.expand(batch, -1, -1, -1)  # type: ignore[union-attr]
-            layer.values = values.expand(batch, -1, -1, -1)  # type: ignore[union-attr]
-    return forked
-
-
-def _cache_nbytes(cache: Cache) -> int:
-    total = 0
-    for layer in cache.layers:
-        for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
-            if isinstance(t, torch.Tensor):
-                total += t.numel() * t.element_size()
-    return total
 
 
 def _first_id(value: Any) -> int | None:
@@ -311,9 +261,9 @@ class DiffusionGemmaDenoiser:
             if common == len(old) == len(ids):
                 return EncodedContext(token_ids=ids, payload=state.payload, nbytes=state.nbytes)
             if common == len(old):
-                cache, start = _fork_cache(state.payload), common
-            elif common > 0 and _can_crop(state.payload):
-                cache = _fork_cache(state.payload)
+                cache, start = fork_cache(state.payload), common
+            elif common > 0 and can_crop(state.payload):
+                cache = fork_cache(state.payload)
                 cache.crop(common - len(old))
                 start = common
         if cache is None:
@@ -321,7 +271,7 @@ class DiffusionGemmaDenoiser:
             start = 0
         if start < len(ids):
             self._run_encoder(cache, ids, start)
-        return EncodedContext(token_ids=ids, payload=cache, nbytes=_cache_nbytes(cache))
+        return EncodedContext(token_ids=ids, payload=cache, nbytes=cache_nbytes(cache))
 
     def denoise(self, state: EncodedContext, canvas_ids: Any, self_cond: Any | None = None) -> torch.Tensor:
         """One decoder pass: canvas (B, C) int ids -> raw float32 logits (B, C, V).
@@ -357,7 +307,7 @@ class DiffusionGemmaDenoiser:
             with torch.no_grad():
                 return static_step(self.model, static, canvas, sc, None, _CACHE_KW)
         with torch.no_grad():
-            batch_cache = _expand_cache(cache, batch)
+            batch_cache = expand_cache(cache, batch)
             decoder_attention_mask = torch.ones((batch, cur_len + length), dtype=torch.bool, device=device)
             decoder_position_ids = torch.arange(cur_len, cur_len + length, dtype=torch.int32, device=device).unsqueeze(
                 0

@@ -1,0 +1,393 @@
+"""The dream backend: Dream-architecture checkpoints run through transformers' own modules.
+
+The Dream family (Dream-v0, DiffuCoder, Dream-Coder, DreamOn) are Qwen2 decoders adapted
+from autoregressive models: the same layers with full (bidirectional) attention, a mask
+token, and logits shifted by one position (the hidden state at position i predicts token
+i + 1, as in the autoregressive model they came from). This backend builds them from
+transformers' Qwen2 (or Llama) classes, with no remote code: a full-attention mask is a
+4D mask of zeros handed to the same layers, and the shift is `_canvas_logits`, the one
+place that reads logits for canvas positions. The same class runs a plain Qwen2 or Llama
+checkpoint (an autoregressive model, e.g. one converted from GGUF by
+`diffusion-infill convert-gguf`), whose one-token mode is the model itself and whose
+canvas is untrained until `diffusion-infill adapt` trains it.
+
+Layouts. The engine hands every backend its context in suffix-prefix-middle order,
+`<suf> S <pre> P <mid> M` (M: tokens of the fill accepted so far, empty at first). This
+backend lays it out as the family was trained:
+- the canvas (bidirectional): `start P M [canvas] S eos`, in place, as Dream-Coder and
+  DreamOn infill (they use no fill-in-the-middle tokens), where `start` is the
+  tokenizer's `<|beginoftext|>` (else the config's BOS, else its end-of-text token), so
+  that the first canvas position has a hidden state before it to be predicted from;
+- the one-token mode (causal): `<fim_prefix> P <fim_suffix> S <fim_middle> M`, the
+  prefix-suffix-middle format of Qwen2.5-Coder's fill-in-the-middle training.
+A context without the three markers is a plain prompt: all of it is the prefix.
+
+Context reuse. Under full attention every context token attends to the canvas, so no
+exact cache of the context survives a denoising step: `cache="exact"` (the default) runs
+the whole `start P M canvas S` sequence at every step, as Dream's own generate() does.
+`cache="dual"` is Fast-dLLM's approximation: the keys and values of the prefix and the
+suffix come from one full pass at the first step of a fill (canvas as it was then) and
+are reused by the later steps, which run only the canvas and the last prefix token
+(C + 1 queries instead of the whole sequence). The one-token mode's causal cache is exact
+and is reused across keystrokes like the other backends' (the longest common prefix of
+the causal sequence). A cached state is never written (engine.denoisers.hf_cache).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+try:
+    import torch
+    from transformers import AutoModelForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
+    from transformers.cache_utils import Cache, DynamicCache
+except ImportError as exc:
+    raise ImportError("The dream backend needs torch and transformers: pip install 'diffusion-lsp[torch]'") from exc
+
+from engine.denoisers.base import DenoiserInfo, EncodedContext, host_array
+from engine.denoisers.hf_cache import cache_nbytes, can_crop, expand_cache, fork_cache
+from engine.denoisers.kv import common_prefix_len
+from engine.denoisers.torch import TorchRandomSource
+from engine.errors import ModelLoadError
+
+log = logging.getLogger(__name__)
+
+DREAM_MODEL_TYPES = ("Dream", "dream")  # Dream-v0, DiffuCoder, Dream-Coder, DreamOn
+AUTOREGRESSIVE_MODEL_TYPES = ("qwen2", "llama")  # plain transformers checkpoints
+CACHE_MODES = ("exact", "dual")
+
+# Qwen2 configuration fields a Dream config.json carries under the same names.
+_QWEN2_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "hidden_act",
+    "max_position_embeddings",
+    "initializer_range",
+    "rms_norm_eps",
+    "rope_theta",
+    "rope_scaling",
+    "rope_parameters",
+    "tie_word_embeddings",
+    "attention_dropout",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+)
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
+
+
+def _cache_keyword() -> str:
+    """transformers names the cache argument `cache` from 5.24, `past_key_values` before."""
+    return "cache" if "cache" in inspect.signature(Qwen2ForCausalLM.forward).parameters else "past_key_values"
+
+
+_CACHE_KW = _cache_keyword()
+
+
+@dataclass(frozen=True)
+class Specials:
+    """The token ids the layouts and the sampler use (from the checkpoint's config and tokenizer)."""
+
+    mask: int
+    eof: int
+    pad: int
+    start: int  # before the prefix in the canvas layout
+    fim_prefix: int
+    fim_suffix: int
+    fim_middle: int
+
+
+@dataclass(frozen=True)
+class Parts:
+    """A context laid out for this family."""
+
+    before: tuple[int, ...]  # start, prefix, fill so far: the canvas follows
+    after: tuple[int, ...]  # the suffix and end-of-text: they follow the canvas
+    causal: tuple[int, ...]  # the one-token mode's sequence (prefix-suffix-middle)
+
+
+@dataclass(frozen=True)
+class DreamPayload:
+    parts: Parts
+    cache: Cache | None  # the one-token mode's keys and values over parts.causal
+    next_logits: torch.Tensor | None  # (V,) after parts.causal
+
+
+def split_context(ids: Sequence[int], sp: Specials) -> tuple[list[int], list[int], list[int]] | None:
+    """(prefix, suffix, fill so far) of an engine context `<suf> S <pre> P <mid> M`;
+    None for a context without the three markers (a plain prompt)."""
+    seq = list(ids)
+    if not seq or seq[0] != sp.fim_suffix:
+        return None
+    try:
+        p = seq.index(sp.fim_prefix, 1)
+        m = seq.index(sp.fim_middle, p + 1)
+    except ValueError:
+        return None
+    return seq[p + 1 : m], seq[1:p], seq[m + 1 :]
+
+
+def layout(ids: Sequence[int], sp: Specials) -> Parts:
+    """The engine's context in this family's two layouts (see the module)."""
+    split = split_context(ids, sp)
+    if split is None:  # a plain prompt: all prefix, in both modes
+        plain = (sp.start, *ids)
+        return Parts(before=plain, after=(), causal=plain)
+    prefix, suffix, middle = split
+    causal = (sp.fim_prefix, *prefix, sp.fim_suffix, *suffix, sp.fim_middle, *middle)
+    return Parts(before=(sp.start, *prefix, *middle), after=(*suffix, sp.eof), causal=causal)
+
+
+class DreamDenoiser:
+    """Denoiser (and Autoregressive) over a Qwen2/Llama model: absorbing canvas with the
+    checkpoint's mask token, shifted logits; `encode` returns a batch-1 state and
+    `denoise` takes any batch of canvases against it, returning float32 logits (B, C, V)."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        specials: Specials,
+        *,
+        autoregressive: bool,
+        cache: str = "exact",
+        suppress_ids: Sequence[int] = (),
+    ) -> None:
+        if cache not in CACHE_MODES:
+            raise ValueError(f"cache must be one of {', '.join(CACHE_MODES)}; got {cache!r}")
+        self.model = model
+        self.sp = specials
+        self.cache_mode = cache
+        cfg = model.config
+        self.info = DenoiserInfo(
+            vocab_size=int(cfg.vocab_size),
+            regime="absorbing",
+            eof_id=specials.eof,
+            pad_id=specials.pad,
+            mask_id=specials.mask,
+            max_positions=int(cfg.max_position_embeddings),
+            suppress_ids=tuple(dict.fromkeys((specials.mask, *suppress_ids))),
+            autoregressive=autoregressive,
+        )
+        self._dual: tuple[tuple[tuple[int, ...], int], Cache] | None = None  # (state ids, canvas length) -> K/V
+
+    # ------------------------------------------------------------------ protocol
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    def as_array(self, values: Any) -> torch.Tensor:
+        return torch.from_numpy(host_array(values)).to(self.device)
+
+    def random_source(self, seed: int | None) -> TorchRandomSource:
+        return TorchRandomSource(seed, self.device)
+
+    def encode(self, context_ids: Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
+        """Lay the context out; with the one-token mode, run its causal pass now (reusing
+        the longest common prefix of `state`'s), so that the cached state's size is known."""
+        ids = tuple(int(t) for t in context_ids)
+        parts = layout(ids, self.sp)
+        longest = max(len(parts.before) + len(parts.after), len(parts.causal))
+        if longest >= self.info.max_positions:
+            raise ValueError(f"context of {longest} tokens exceeds max_positions={self.info.max_positions}")
+        cache = next_logits = None
+        if self.info.autoregressive:
+            old = state.payload if state is not None and isinstance(state.payload, DreamPayload) else None
+            cache, logits = self._causal(parts.causal, old)
+            next_logits = logits[-1]
+        payload = DreamPayload(parts, cache, next_logits)
+        return EncodedContext(ids, payload, nbytes=cache_nbytes(cache) if cache is not None else 0)
+
+    def denoise(self, state: EncodedContext, canvas_ids: Any, self_cond: Any | None = None) -> torch.Tensor:
+        """One bidirectional pass: canvas (B, C) -> float32 logits (B, C, V), the canvas in
+        place between the prefix and the suffix."""
+        parts = self._parts(state)
+        canvas = torch.as_tensor(canvas_ids, device=self.device).long()
+        if canvas.ndim != 2:
+            raise ValueError(f"canvas_ids must be (B, C); got shape {tuple(canvas.shape)}")
+        total = len(parts.before) + canvas.shape[1] + len(parts.after)
+        if total > self.info.max_positions:
+            raise ValueError(f"context and canvas ({total} tokens) exceed max_positions={self.info.max_positions}")
+        with torch.inference_mode():
+            if self.cache_mode == "dual":
+                return self._dual_step(state.token_ids, parts, canvas)
+            return self._exact_step(parts, canvas)
+
+    # ------------------------------------------------ the one-token mode (Autoregressive)
+
+    def next_logits(self, state: EncodedContext) -> torch.Tensor:
+        """(V,) logits of the token after the state's causal sequence."""
+        pay = self._payload(state)
+        if pay.next_logits is None:
+            raise NotImplementedError(
+                "this checkpoint's one-token mode is off (config.json diffusion_lsp.autoregressive)"
+            )
+        return pay.next_logits
+
+    def extend(self, state: EncodedContext, new_ids: Sequence[int]) -> tuple[EncodedContext, torch.Tensor]:
+        """`state` with `new_ids` appended to the fill, and the next-token logits after
+        each of them (T, V). Never mutates `state`."""
+        pay = self._payload(state)
+        if pay.cache is None:
+            raise NotImplementedError(
+                "this checkpoint's one-token mode is off (config.json diffusion_lsp.autoregressive)"
+            )
+        new = tuple(int(t) for t in new_ids)
+        if not new:
+            raise ValueError("extend needs at least one token")
+        cache = fork_cache(pay.cache)
+        logits = self._run_causal(cache, new, len(pay.parts.causal))
+        parts = Parts(before=pay.parts.before + new, after=pay.parts.after, causal=pay.parts.causal + new)
+        out = EncodedContext((*state.token_ids, *new), DreamPayload(parts, cache, logits[-1]), cache_nbytes(cache))
+        return out, logits
+
+    # ------------------------------------------------------------------ internals
+
+    def _payload(self, state: EncodedContext) -> DreamPayload:
+        if not isinstance(state.payload, DreamPayload):
+            raise TypeError("state was not made by DreamDenoiser.encode")
+        return state.payload
+
+    def _parts(self, state: EncodedContext) -> Parts:
+        return self._payload(state).parts
+
+    def _causal(self, seq: tuple[int, ...], old: DreamPayload | None) -> tuple[Cache, torch.Tensor]:
+        """The causal cache over `seq` and the next-token logits of its new tokens (at
+        least the last one is run, for its logits)."""
+        cache: Cache | None = None
+        start = 0
+        if old is not None and old.cache is not None:
+            keep = min(common_prefix_len(old.parts.causal, seq), len(seq) - 1)
+            if keep == len(old.parts.causal):
+                cache, start = fork_cache(old.cache), keep
+            elif keep > 0 and can_crop(old.cache):
+                cache = fork_cache(old.cache)
+                cache.crop(keep - len(old.parts.causal))  # a negative count: tokens to drop
+                start = keep
+        if cache is None:
+            cache = DynamicCache(config=self.model.config)
+        return cache, self._run_causal(cache, seq[start:], start)
+
+    def _run_causal(self, cache: Cache, new: Sequence[int], start: int) -> torch.Tensor:
+        """Run `new` causally after the `start` tokens in `cache` (which grows): (T, V) logits."""
+        ids = torch.tensor([list(new)], dtype=torch.long, device=self.device)
+        positions = torch.arange(start, start + len(new), device=self.device).unsqueeze(0)
+        with torch.inference_mode():
+            out = self.model(input_ids=ids, position_ids=positions, use_cache=True, **{_CACHE_KW: cache})
+        return out.logits[0].float()
+
+    def _full_mask(self, batch: int, queries: int, keys: int) -> dict[str, torch.Tensor]:
+        """Every query sees every key: an additive mask of zeros (the layers' own mask
+        builder is skipped when it gets a mapping)."""
+        zeros = torch.zeros((batch, 1, queries, keys), dtype=self.model.dtype, device=self.device)
+        return {"full_attention": zeros, "sliding_attention": zeros}
+
+    def _canvas_logits(self, hidden: torch.Tensor, first: int, length: int) -> torch.Tensor:
+        """The shift, in one place: the logits of canvas position j come from the hidden
+        state before it; `first` indexes the hidden state before canvas position 0."""
+        return self.model.lm_head(hidden[:, first : first + length]).float()
+
+    def _exact_step(self, parts: Parts, canvas: torch.Tensor) -> torch.Tensor:
+        b, c = canvas.shape
+        before = torch.tensor(parts.before, device=self.device).expand(b, -1)
+        after = torch.tensor(parts.after, dtype=torch.long, device=self.device).expand(b, -1)
+        ids = torch.cat([before, canvas, after], dim=1)  # (B, T)
+        t = ids.shape[1]
+        hidden = self.model.model(input_ids=ids, attention_mask=self._full_mask(b, t, t)).last_hidden_state
+        return self._canvas_logits(hidden, len(parts.before) - 1, c)
+
+    def _dual_step(self, ids: tuple[int, ...], parts: Parts, canvas: torch.Tensor) -> torch.Tensor:
+        """The canvas and the last prefix token against the prefix's and suffix's keys and
+        values from the fill's first step (Fast-dLLM's dual cache)."""
+        b, c = canvas.shape
+        p = len(parts.before)
+        key = (ids, c)
+        if self._dual is None or self._dual[0] != key:
+            self._dual = (key, self._context_kv(parts, canvas[:1]))
+        cache = expand_cache(fork_cache(self._dual[1]), b)
+        last = torch.full((b, 1), parts.before[-1], dtype=torch.long, device=self.device)
+        queries = torch.cat([last, canvas], dim=1)  # (B, C + 1) at positions p - 1 .. p + C - 1
+        positions = torch.arange(p - 1, p + c, device=self.device).unsqueeze(0)
+        held = cache.get_seq_length()
+        out = self.model.model(
+            input_ids=queries,
+            position_ids=positions,
+            attention_mask=self._full_mask(b, c + 1, held + c + 1),
+            use_cache=True,
+            **{_CACHE_KW: cache},
+        )
+        return self._canvas_logits(out.last_hidden_state, 0, c)
+
+    def _context_kv(self, parts: Parts, canvas: torch.Tensor) -> Cache:
+        """One full pass of `before canvas after` (batch 1); the keys and values of all
+        but the canvas and the last prefix token (those are run at every step)."""
+        p, c = len(parts.before), canvas.shape[1]
+        before = torch.tensor([parts.before], device=self.device)
+        after = torch.tensor([parts.after], dtype=torch.long, device=self.device)
+        ids = torch.cat([before, canvas, after], dim=1)
+        t = ids.shape[1]
+        cache = DynamicCache(config=self.model.config)
+        self.model.model(input_ids=ids, attention_mask=self._full_mask(1, t, t), use_cache=True, **{_CACHE_KW: cache})
+        for layer in cache.layers:
+            held: Any = layer  # a DynamicLayer: (1, H, T, D) keys and values, rotary positions applied
+            held.keys = torch.cat([held.keys[:, :, : p - 1], held.keys[:, :, p + c :]], dim=2)
+            held.values = torch.cat([held.values[:, :, : p - 1], held.values[:, :, p + c :]], dim=2)
+        return cache
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def qwen2_config(cfg: dict[str, Any]) -> Qwen2Config:
+    """A Dream config.json as the Qwen2 configuration of the same layers."""
+    fields = {k: cfg[k] for k in _QWEN2_FIELDS if k in cfg}
+    return Qwen2Config(**fields)
+
+
+def load_causal_model(
+    path: Path, cfg: dict[str, Any], device: str, dtype: torch.dtype | None = None
+) -> PreTrainedModel:
+    """The checkpoint's layers as a transformers causal LM: Qwen2ForCausalLM for a Dream
+    config, the native class for qwen2/llama; safetensors only, local files only, no
+    remote code; every weight must be found."""
+    if not any((path / name).is_file() for name in _WEIGHT_FILES):
+        raise ModelLoadError(f"no safetensors weights ({' or '.join(_WEIGHT_FILES)}) in {path}")
+    on_cuda = device.startswith("cuda")
+    if on_cuda and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} requested for {path}, but CUDA is not available")
+    kwargs: dict[str, Any] = {
+        "local_files_only": True,
+        "trust_remote_code": False,
+        "use_safetensors": True,
+        "dtype": dtype if dtype is not None else ("auto" if on_cuda else torch.float32),
+        "output_loading_info": True,
+    }
+    if on_cuda:
+        kwargs["device_map"] = device
+    loaded: Any
+    try:
+        if cfg.get("model_type") in DREAM_MODEL_TYPES:
+            loaded = Qwen2ForCausalLM.from_pretrained(str(path), config=qwen2_config(cfg), **kwargs)
+        else:
+            loaded = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise ModelLoadError(f"could not load the checkpoint in {path}: {exc}") from exc
+    model, info = loaded
+    missing = [k for k in info.get("missing_keys", ()) if k != "lm_head.weight" or not model.config.tie_word_embeddings]
+    if missing:
+        raise ModelLoadError(
+            f"{path}: the weights lack {len(missing)} tensors of the architecture (e.g. {missing[0]}): "
+            "not a Dream/Qwen2/Llama checkpoint this backend can run"
+        )
+    model.eval()
+    result: PreTrainedModel = model
+    return result
