@@ -16,11 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from engine.modeldir import QUANTIZATIONS
+from engine.modeldir import BACKENDS, QUANTIZATIONS
 from engine.remote import DIALECTS
 from engine.sampler import STRATEGIES
 
-BACKENDS = ("auto", "onnx", "torch", "diffusion_gemma")
 
 
 @dataclass(frozen=True)

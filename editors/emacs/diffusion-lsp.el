@@ -93,11 +93,11 @@ A directory; nil: the shipped model."
 
 (defcustom diffusion-lsp-backend nil
   "Inference backend.
-One of \"auto\", \"onnx\", \"torch\", \"diffusion_gemma\"; nil: the server's
-default (\"auto\")."
+One of \"auto\", \"onnx\", \"torch\", \"diffusion_gemma\", \"dream\"; nil: the
+server's default (\"auto\")."
   :type '(choice (const :tag "Server default" nil)
                  (const "auto") (const "onnx") (const "torch")
-                 (const "diffusion_gemma")))
+                 (const "diffusion_gemma") (const "dream")))
 
 (defcustom diffusion-lsp-device nil
   "Device: `cpu', `cuda' or `cuda:N'.
