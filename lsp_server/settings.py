@@ -21,7 +21,6 @@ from engine.remote import DIALECTS
 from engine.sampler import STRATEGIES
 
 
-
 @dataclass(frozen=True)
 class Settings:
     model: str | None = None  # model directory; None: the shipped model

@@ -39,7 +39,9 @@ async def client(lsp_client: LanguageClient, checkpoint: Path):  # type: ignore[
             initialization_options={"diffusionLsp": {"model": str(checkpoint), "maxFillTokens": 6}},
         )
     )
-    lsp_client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(URI, "plaintext", 1, TEXT)))
+    lsp_client.text_document_did_open(
+        types.DidOpenTextDocumentParams(types.TextDocumentItem(URI, "plaintext", 1, TEXT))
+    )
     yield
     await lsp_client.shutdown_session()
 
