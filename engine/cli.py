@@ -6,6 +6,7 @@ nothing of training or evaluation (tests/engine/test_cli.py checks):
 
     bench, eval          engine/evaluation/cli.py
     train, export-onnx   engine/training/cli.py (they need torch)
+    pull                 engine/pull.py (huggingface_hub; the only command that downloads)
 
 Errors a user can cause (missing files, a bad model directory, bad input) print one line
 on stderr and exit with status 2; never a traceback (`-v` shows one for internal errors).
@@ -389,6 +390,27 @@ def build_parser() -> argparse.ArgumentParser:
     x = sub.add_parser("export-onnx", parents=[common], help="write the ONNX graphs for a model's safetensors")
     x.add_argument("--out", type=Path)
     x.set_defaults(func=_lazy("engine.training.cli", "cmd_export"))
+
+    pl = sub.add_parser(
+        "pull",
+        help="download a DiffusionGemma, Dream-family, Qwen2 or Llama checkpoint from the Hugging Face Hub",
+        description="Download a checkpoint's config, tokenizer and safetensors weights into the models folder "
+        "and print its directory. The Hub is HF_ENDPOINT's (default huggingface.co); HF_TOKEN opens gated repos. "
+        "Running it again resumes an interrupted pull.",
+    )
+    pl.add_argument("-v", "--verbose", action="store_true")
+    pl.add_argument("repo_id", metavar="REPO_ID", help="the model on the Hub: owner/name")
+    pl.add_argument("--revision", help="branch, tag or commit (default: main)")
+    pl.add_argument(
+        "--dir",
+        type=Path,
+        help="models folder (default: $DIFFUSION_LSP_MODELS, else diffusion-lsp/models in $XDG_DATA_HOME "
+        "or ~/.local/share); the checkpoint goes into DIR/OWNER--NAME",
+    )
+    pl.add_argument(
+        "--force", action="store_true", help="pull a checkpoint whose model_type diffusion-lsp does not load"
+    )
+    pl.set_defaults(func=_lazy("engine.pull", "cmd_pull"))
     return p
 
 
