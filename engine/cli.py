@@ -7,6 +7,7 @@ nothing of training or evaluation (tests/engine/test_cli.py checks):
     bench, eval          engine/evaluation/cli.py
     train, export-onnx   engine/training/cli.py (they need torch)
     pull                 engine/pull.py (huggingface_hub; the only command that downloads)
+    convert-gguf         engine/gguf_convert.py (torch, transformers, gguf)
 
 Errors a user can cause (missing files, a bad model directory, bad input) print one line
 on stderr and exit with status 2; never a traceback (`-v` shows one for internal errors).
@@ -411,6 +412,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--force", action="store_true", help="pull a checkpoint whose model_type diffusion-lsp does not load"
     )
     pl.set_defaults(func=_lazy("engine.pull", "cmd_pull"))
+
+    cg = sub.add_parser(
+        "convert-gguf",
+        help="write a checkpoint directory (safetensors, config.json, tokenizer.json) from a Qwen2 or Llama GGUF file",
+        description="Dequantize an autoregressive Qwen2 or Llama model stored as GGUF into a checkpoint directory "
+        "that the dream backend loads (one token at a time) and `adapt` trains; prints the directory.",
+    )
+    cg.add_argument("-v", "--verbose", action="store_true")
+    cg.add_argument("gguf", metavar="GGUF", type=Path, help="the .gguf file")
+    cg.add_argument("--out", type=Path, required=True, help="checkpoint directory to write")
+    cg.add_argument("--sha256", help="refuse the file unless its sha256 is this")
+    cg.set_defaults(func=_lazy("engine.gguf_convert", "cmd_convert_gguf"))
     return p
 
 

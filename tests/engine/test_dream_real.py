@@ -1,0 +1,83 @@
+"""The dream backend on real pretrained weights: Qwen2.5-Coder-0.5B-Instruct, converted
+from its GGUF (tests/weights.py; skipped with the reason when it has not been fetched)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("gguf")
+
+from engine.denoisers.dream import layout  # noqa: E402
+from engine.fill import FillOptions, InfillRequest  # noqa: E402
+from engine.infill import local_engine  # noqa: E402
+from engine.modeldir import load_model  # noqa: E402
+from tests import weights  # noqa: E402
+
+PREFIX = 'def is_palindrome(s: str) -> bool:\n    """True when s reads the same backwards."""\n    '
+SUFFIX = "\n\n\nprint(is_palindrome('level'))\n"
+
+
+@pytest.fixture(scope="module")
+def checkpoint() -> Path:
+    found = weights.qwen_coder_dir()
+    if found is None and os.environ.get(weights.FETCH_ENV) == "1":
+        found = weights.fetch_qwen_coder()
+    if found is None:
+        pytest.skip(weights.skip_reason())
+    return found
+
+
+@pytest.fixture(scope="module")
+def loaded(checkpoint: Path) -> Any:
+    return load_model(checkpoint)
+
+
+def test_converted_checkpoint_is_qwen2_with_fim_tokens(loaded: Any) -> None:
+    den, tok = loaded.denoiser, loaded.tokenizer
+    assert loaded.backend == "dream" and den.info.autoregressive
+    assert den.model.config.model_type == "qwen2" and den.model.config.num_hidden_layers == 24
+    assert [tok.hf.id_to_token(i) for i in (tok.special.prefix, tok.special.suffix, tok.special.middle)] == [
+        "<|fim_prefix|>",
+        "<|fim_suffix|>",
+        "<|fim_middle|>",
+    ]
+    assert tok.hf.id_to_token(den.info.mask_id) == "[PAD151665]"  # the first row past Qwen's tokens
+
+
+def test_causal_logits_equal_qwen2_for_causal_lm(loaded: Any, checkpoint: Path) -> None:
+    from transformers import Qwen2ForCausalLM
+
+    den, tok = loaded.denoiser, loaded.tokenizer
+    sp = tok.special
+    ctx = [sp.suffix, *tok.encode(SUFFIX), sp.prefix, *tok.encode(PREFIX), sp.middle]
+    middle = tok.encode("return s == s")
+    state = den.encode(ctx)
+    _, logits = den.extend(state, middle)
+    reference = Qwen2ForCausalLM.from_pretrained(str(checkpoint), dtype=torch.float32).eval()
+    seq = torch.tensor([[*layout(ctx, den.sp).causal, *middle]])
+    with torch.no_grad():
+        want = reference(input_ids=seq).logits[0]
+    torch.testing.assert_close(den.next_logits(state), want[-len(middle) - 1], atol=2e-3, rtol=1e-3)
+    torch.testing.assert_close(logits, want[-len(middle) :], atol=2e-3, rtol=1e-3)
+
+
+def test_one_token_fill_in_the_middle(loaded: Any) -> None:
+    engine = local_engine(loaded, FillOptions(canvas_tokens=16))
+    r = engine.fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX, language="python"))
+    assert "[::-1]" in r.text, r.text
+
+
+def test_a_bidirectional_step_at_context_1024(loaded: Any) -> None:
+    den, tok = loaded.denoiser, loaded.tokenizer
+    ids = (tok.encode(Path(__file__).read_text()) * 8)[:1024]
+    state = den.encode(ids[:64])  # the causal pass is not what this test is about: a short one
+    state = type(state)(tuple(ids), den.encode(ids).payload, state.nbytes)
+    canvas = torch.full((1, 32), den.info.mask_id)
+    logits = den.denoise(state, canvas)
+    assert logits.shape == (1, 32, den.info.vocab_size) and bool(torch.isfinite(logits).all())
