@@ -6,6 +6,7 @@ nothing of training or evaluation (tests/engine/test_cli.py checks):
 
     bench, eval          engine/evaluation/cli.py
     train, export-onnx   engine/training/cli.py (they need torch)
+    adapt                engine/training/adapt.py (torch, transformers)
     pull                 engine/pull.py (huggingface_hub; the only command that downloads)
     convert-gguf         engine/gguf_convert.py (torch, transformers, gguf)
 
@@ -387,6 +388,36 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--threads", type=int, help="torch threads (overrides the recipe's threads)")
     t.add_argument("--cooldown-minutes", type=float, help="then cool a copy down this long and write it to --out (wsd)")
     t.set_defaults(func=_lazy("engine.training.cli", "cmd_train"))
+
+    ad = sub.add_parser(
+        "adapt",
+        help="train a Qwen2 or Llama checkpoint into a Dream-style infiller (canvas + one-token mode)",
+        description="Fine-tune a pretrained autoregressive checkpoint directory (e.g. from convert-gguf or pull) "
+        "so that its layers fill a canvas in place under full attention with shifted logits, keeping the "
+        "next-token loss; writes a checkpoint directory the dream backend loads (docs/models.md).",
+    )
+    ad.add_argument("-v", "--verbose", action="store_true")
+    ad.add_argument("--model", type=Path, required=True, help="the checkpoint directory to start from")
+    ad.add_argument("--out", type=Path, required=True, help="the adapted checkpoint directory to write")
+    ad.add_argument(
+        "--data", type=Path, nargs="+", default=[Path("corpus")], help="corpus or source folders (default corpus)"
+    )
+    ad.add_argument("--steps", type=_int_in(1), default=100)
+    ad.add_argument("--minutes", type=float, help="stop after this long, if the steps are not done")
+    ad.add_argument("--lr", type=float, default=2e-5)
+    ad.add_argument("--warmup", type=_int_in(0), default=10, help="steps of linear learning-rate warm-up")
+    ad.add_argument("--batch-size", type=_int_in(1), default=4)
+    ad.add_argument("--context-tokens", type=_int_in(8), default=256)
+    ad.add_argument("--canvas-tokens", type=_int_in(2, 256), default=32)
+    ad.add_argument(
+        "--anneal-steps", type=_int_in(0), default=0, help="anneal the canvas's attention from causal to full"
+    )
+    ad.add_argument("--eval-batches", type=_int_in(1), default=2)
+    ad.add_argument("--seed", type=_int_in(0), default=0)
+    ad.add_argument("--device", type=_device, default="cpu")
+    ad.add_argument("--bf16", action="store_true", help="bfloat16 autocast (accelerators)")
+    ad.add_argument("--threads", type=_int_in(1), help="torch threads")
+    ad.set_defaults(func=_lazy("engine.training.cli", "cmd_adapt"))
 
     x = sub.add_parser("export-onnx", parents=[common], help="write the ONNX graphs for a model's safetensors")
     x.add_argument("--out", type=Path)

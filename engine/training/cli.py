@@ -1,4 +1,4 @@
-"""diffusion-infill's model-making commands, `train` and `export-onnx` (both need torch);
+"""diffusion-infill's model-making commands, `train`, `adapt` and `export-onnx` (they need torch);
 engine/cli.py parses their arguments and imports this module only when one of them runs."""
 
 from __future__ import annotations
@@ -33,6 +33,38 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
     except (json.JSONDecodeError, TypeError, ValueError) as exc:
         raise InputError(f"recipe {args.recipe} is not valid: {exc}") from None
+    sys.stdout.write(json.dumps(summary) + "\n")
+    return 0
+
+
+def cmd_adapt(args: argparse.Namespace) -> int:
+    try:
+        import torch
+
+        from engine.training.adapt import AdaptConfig, adapt
+    except ImportError as exc:
+        raise InputError(f"adapt needs torch and transformers: pip install 'diffusion-lsp[torch]' ({exc})") from exc
+    for d in args.data:
+        if not d.is_dir():
+            raise InputError(f"data folder not found: {d}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = AdaptConfig(
+        steps=args.steps,
+        minutes=args.minutes,
+        lr=args.lr,
+        warmup=args.warmup,
+        batch_size=args.batch_size,
+        context_tokens=args.context_tokens,
+        canvas_tokens=args.canvas_tokens,
+        anneal_steps=args.anneal_steps,
+        eval_batches=args.eval_batches,
+        seed=args.seed,
+        device=args.device,
+        bf16=args.bf16,
+    )
+    summary = adapt(args.model, args.out, args.data, cfg)
+    summary.pop("train_curve")
     sys.stdout.write(json.dumps(summary) + "\n")
     return 0
 
