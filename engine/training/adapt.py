@@ -281,7 +281,7 @@ def adapt(source: Path, out: Path, data: Sequence[Path], cfg: AdaptConfig) -> di
         log.info(
             "step %d: canvas %.3f, next-token %.3f (%.0f s)", step, got.canvas, got.causal, time.monotonic() - start
         )
-        if not math.isfinite(float(got.total)):
+        if not math.isfinite(float(got.total.detach())):
             raise RuntimeError(f"the loss is not finite at step {step}")
     seconds = time.monotonic() - start
     after = evaluate()

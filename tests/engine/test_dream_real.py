@@ -4,6 +4,7 @@ from its GGUF (tests/weights.py; skipped with the reason when it has not been fe
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,10 @@ SUFFIX = "\n\n\nprint(is_palindrome('level'))\n"
 def checkpoint() -> Path:
     found = weights.qwen_coder_dir()
     if found is None and os.environ.get(weights.FETCH_ENV) == "1":
-        found = weights.fetch_qwen_coder()
+        try:
+            found = weights.fetch_qwen_coder()
+        except subprocess.CalledProcessError as exc:  # the registry unreachable; a wrong hash still fails
+            pytest.skip(f"fetching the weights failed: {exc}")
     if found is None:
         pytest.skip(weights.skip_reason())
     return found
