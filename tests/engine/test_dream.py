@@ -225,3 +225,17 @@ def test_a_dream_checkpoints_one_token_mode_is_off_unless_its_config_says(tmp_pa
         model.denoiser.next_logits(state)
     r = local_engine(model, FillOptions(canvas_tokens=6)).fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX))
     assert r.steps >= 1
+
+
+def test_the_cli_fills_from_a_dream_checkpoint(dream_dir: Path, tmp_path: Path, capsys: Any) -> None:
+    from engine.cli import main
+
+    (tmp_path / "p.py").write_text(PREFIX)
+    (tmp_path / "s.py").write_text(SUFFIX)
+    argv = ["fill", "--model", str(dream_dir), "--prefix-file", str(tmp_path / "p.py")]
+    argv += ["--suffix-file", str(tmp_path / "s.py"), "--canvas-tokens", "6", "--strategy", "confidence", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["steps"] >= 1 and out["canvas_tokens"] == 6 and isinstance(out["middle"], str)
+    assert main([*argv[:3], "--backend", "torch", *argv[3:]]) == 2
+    assert "use backend dream" in capsys.readouterr().err
