@@ -44,12 +44,12 @@ except ImportError as exc:
     ) from exc
 
 from engine.denoisers import dg_quant
-from engine.denoisers.base import DenoiserInfo, EncodedContext, host_array
+from engine.denoisers.base import DenoiserInfo, EncodedContext
 from engine.denoisers.dg_graph import StepGraph, graph_unavailable_reason
 from engine.denoisers.dg_static import StaticContext, static_step
 from engine.denoisers.hf_cache import cache_nbytes, can_crop, expand_cache, fork_cache
 from engine.denoisers.kv import common_prefix_len
-from engine.denoisers.torch import TorchRandomSource
+from engine.denoisers.torch import OnModelDevice, TorchRandomSource
 from engine.errors import ModelLoadError
 
 
@@ -92,7 +92,7 @@ def _first_id(value: Any) -> int | None:
     return int(value)
 
 
-class DiffusionGemmaDenoiser:
+class DiffusionGemmaDenoiser(OnModelDevice):
     """Denoiser over a DiffusionGemmaForBlockDiffusion model (uniform regime, self-conditioned).
 
     `encode` returns a batch-1 state; `denoise` accepts any batch B of canvases against it
@@ -228,17 +228,6 @@ class DiffusionGemmaDenoiser:
         return cls(model, **options)
 
     # ------------------------------------------------------------------ protocol
-
-    @property
-    def device(self) -> torch.device:
-        return self.model.device
-
-    def as_array(self, values: Any) -> torch.Tensor:
-        """A nested list / numpy array -> a tensor on the model's device (see host_array)."""
-        return torch.from_numpy(host_array(values)).to(self.device)
-
-    def random_source(self, seed: int | None) -> TorchRandomSource:
-        return TorchRandomSource(seed, self.device)
 
     def encode(self, context_ids: Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
         """Encode the context into a batch-1 encoder KV cache, reusing `state`'s common prefix.

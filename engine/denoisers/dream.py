@@ -49,10 +49,10 @@ try:
 except ImportError as exc:
     raise ImportError("The dream backend needs torch and transformers: pip install 'diffusion-lsp[torch]'") from exc
 
-from engine.denoisers.base import DenoiserInfo, EncodedContext, host_array
+from engine.denoisers.base import DenoiserInfo, EncodedContext
 from engine.denoisers.hf_cache import cache_nbytes, can_crop, expand_cache, fork_cache
 from engine.denoisers.kv import common_prefix_len
-from engine.denoisers.torch import TorchRandomSource
+from engine.denoisers.torch import OnModelDevice
 from engine.errors import ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,7 @@ def layout(ids: Sequence[int], sp: Specials) -> Parts:
     return Parts(before=(sp.start, *prefix, *middle), after=(*suffix, sp.eof), causal=causal)
 
 
-class DreamDenoiser:
+class DreamDenoiser(OnModelDevice):
     """Denoiser (and Autoregressive) over a Qwen2/Llama model: absorbing canvas with the
     checkpoint's mask token, shifted logits; `encode` returns a batch-1 state and
     `denoise` takes any batch of canvases against it, returning float32 logits (B, C, V)."""
@@ -180,16 +180,6 @@ class DreamDenoiser:
         self._dual: tuple[tuple[tuple[int, ...], int], Cache] | None = None  # (state ids, canvas length) -> K/V
 
     # ------------------------------------------------------------------ protocol
-
-    @property
-    def device(self) -> torch.device:
-        return self.model.device
-
-    def as_array(self, values: Any) -> torch.Tensor:
-        return torch.from_numpy(host_array(values)).to(self.device)
-
-    def random_source(self, seed: int | None) -> TorchRandomSource:
-        return TorchRandomSource(seed, self.device)
 
     def encode(self, context_ids: Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
         """Lay the context out; with the one-token mode, run its causal pass now (reusing

@@ -39,6 +39,24 @@ class TorchRandomSource:
         return torch.multinomial(probs.reshape(-1, v), num_samples=1, generator=self.generator).view(b, c)
 
 
+class OnModelDevice:
+    """The array side of the protocol for backends holding a transformers model: torch
+    tensors on the model's device, torch's random numbers there."""
+
+    model: Any
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device(self.model.device)
+
+    def as_array(self, values: Any) -> torch.Tensor:
+        """A nested list / numpy array -> a tensor on the model's device (see host_array)."""
+        return torch.from_numpy(host_array(values)).to(self.device)
+
+    def random_source(self, seed: int | None) -> TorchRandomSource:
+        return TorchRandomSource(seed, self.device)
+
+
 class TorchDenoiser(KVDenoiser):
     def __init__(self, model: DiffusionCoder, info: DenoiserInfo, device: torch.device | str = "cpu") -> None:
         self.info = info
