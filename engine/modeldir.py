@@ -287,22 +287,16 @@ def _load_dream(path: Path, cfg: dict[str, Any], device: str) -> LoadedModel:
     except ImportError as exc:
         raise ModelLoadError(f"{path} needs torch and transformers: pip install 'diffusion-lsp[torch]'") from exc
     _require(path, TOKENIZER_FILE)
-    from tokenizers import Tokenizer as HFTokenizer
-
-    try:
-        hf = HFTokenizer.from_file(str(path / TOKENIZER_FILE))
-    except Exception as exc:  # tokenizers raises plain Exception on bad JSON
-        raise ModelLoadError(f"cannot read tokenizer {path / TOKENIZER_FILE}: {exc}") from exc
+    hf = Tokenizer.read(path / TOKENIZER_FILE)
     own = cfg.get("diffusion_lsp", {})
     model_type = cfg["model_type"]
     vocab = int(cfg.get("vocab_size", 0))
-    eos = _first_id(cfg.get("eos_token_id"))
+    eos = first_id(cfg.get("eos_token_id"))
     if eos is None:
         raise ModelLoadError(f"{path / CONFIG_FILE} defines no eos_token_id")
-    # DiffuCoder pads the canvas after the fill with its own token; the others with eos
-    pad = _first_id(hf.token_to_id("<|dlm_pad|>")) or _first_id(cfg.get("pad_token_id"))
-    pad = eos if pad is None else pad
-    mask = _first_id(cfg.get("mask_token_id"))
+    # DiffuCoder pads the canvas after the fill with its own token; the others with pad or eos
+    pad = _first_known(hf.token_to_id("<|dlm_pad|>"), first_id(cfg.get("pad_token_id")), fallback=eos)
+    mask = first_id(cfg.get("mask_token_id"))
     if mask is None:
         mask = hf.token_to_id("<|mask|>")
     if mask is None and vocab > hf.get_vocab_size():
@@ -325,14 +319,13 @@ def _load_dream(path: Path, cfg: dict[str, Any], device: str) -> LoadedModel:
             "the tokenizer does not belong to this checkpoint"
         )
     # Dream's evaluations and DreamOn put <|beginoftext|> first; Qwen2 configs name a bos
-    start = _first_id(hf.token_to_id("<|beginoftext|>"))
-    start = _first_id(cfg.get("bos_token_id")) if start is None else start
+    start = _first_known(hf.token_to_id("<|beginoftext|>"), first_id(cfg.get("bos_token_id")), fallback=eos)
     sp = tok.special
     specials = dream.Specials(
         mask=mask,
         eof=sp.eof,
         pad=sp.pad,
-        start=eos if start is None else start,
+        start=start,
         fim_prefix=sp.prefix,
         fim_suffix=sp.suffix,
         fim_middle=sp.middle,
@@ -352,11 +345,16 @@ def _load_dream(path: Path, cfg: dict[str, Any], device: str) -> LoadedModel:
     return LoadedModel(path=path, tokenizer=tok, denoiser=den, backend="dream", defaults=defaults)
 
 
-def _first_id(value: Any) -> int | None:
+def first_id(value: Any) -> int | None:
     """A token id from a config field that holds an id, a list of ids, or null."""
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return int(value[0]) if value else None
     return None if value is None else int(value)
+
+
+def _first_known(*ids: int | None, fallback: int) -> int:
+    """The first of `ids` that is not None, else `fallback`."""
+    return next((i for i in ids if i is not None), fallback)
 
 
 # Gemma's tokenizer names for the infill sentinels; a checkpoint may override them in

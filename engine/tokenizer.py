@@ -54,11 +54,15 @@ class Tokenizer:
 
     @classmethod
     def from_file(cls, path: Path, names: dict[str, str] | None = None) -> Tokenizer:
+        return cls(cls.read(path), names)
+
+    @staticmethod
+    def read(path: Path) -> HFTokenizer:
+        """The tokenizers.Tokenizer in a tokenizer.json, or a ModelLoadError naming the file."""
         try:
-            hf = HFTokenizer.from_file(str(path))
+            return HFTokenizer.from_file(str(path))
         except Exception as exc:  # tokenizers raises plain Exception on bad JSON
             raise ModelLoadError(f"cannot read tokenizer {path}: {exc}") from exc
-        return cls(hf, names)
 
     @property
     def vocab_size(self) -> int:

@@ -51,6 +51,7 @@ from engine.denoisers.hf_cache import cache_nbytes, can_crop, expand_cache, fork
 from engine.denoisers.kv import common_prefix_len
 from engine.denoisers.torch import OnModelDevice, TorchRandomSource
 from engine.errors import ModelLoadError
+from engine.modeldir import first_id
 
 
 def _as_dtype(value: Any) -> torch.dtype:
@@ -84,14 +85,6 @@ EXPERTS_IMPLEMENTATIONS = ("grouped_mm", "batched_mm", "eager")
 log = logging.getLogger(__name__)
 
 
-def _first_id(value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, (list, tuple)):
-        return int(value[0]) if value else None
-    return int(value)
-
-
 class DiffusionGemmaDenoiser(OnModelDevice):
     """Denoiser over a DiffusionGemmaForBlockDiffusion model (uniform regime, self-conditioned).
 
@@ -121,12 +114,12 @@ class DiffusionGemmaDenoiser(OnModelDevice):
         config = model.config
         text = config.get_text_config()
         gen = getattr(model, "generation_config", None)
-        eos = _first_id(getattr(gen, "eos_token_id", None))
+        eos = first_id(getattr(gen, "eos_token_id", None))
         if eos is None:
-            eos = _first_id(getattr(text, "eos_token_id", None))
-        pad = _first_id(getattr(gen, "pad_token_id", None))
+            eos = first_id(getattr(text, "eos_token_id", None))
+        pad = first_id(getattr(gen, "pad_token_id", None))
         if pad is None:
-            pad = _first_id(getattr(text, "pad_token_id", None))
+            pad = first_id(getattr(text, "pad_token_id", None))
         if eos is None:
             raise ModelLoadError("the DiffusionGemma config defines no eos_token_id")
         self.info = DenoiserInfo(

@@ -54,11 +54,10 @@ from engine.denoisers.hf_cache import cache_nbytes, can_crop, expand_cache, fork
 from engine.denoisers.kv import common_prefix_len
 from engine.denoisers.torch import OnModelDevice
 from engine.errors import ModelLoadError
+from engine.modeldir import DREAM_MODEL_TYPES
 
 log = logging.getLogger(__name__)
 
-DREAM_MODEL_TYPES = ("Dream", "dream")  # Dream-v0, DiffuCoder, Dream-Coder, DreamOn
-AUTOREGRESSIVE_MODEL_TYPES = ("qwen2", "llama")  # plain transformers checkpoints
 CACHE_MODES = ("exact", "dual")
 
 # Qwen2 configuration fields a Dream config.json carries under the same names.
@@ -286,11 +285,16 @@ class DreamDenoiser(OnModelDevice):
         state before it; `first` indexes the hidden state before canvas position 0."""
         return self.model.lm_head(hidden[:, first : first + length]).float()
 
+    def _sequence(self, parts: Parts, canvas: torch.Tensor) -> torch.Tensor:
+        """(B, T) ids of `before canvas after` for each canvas row."""
+        b = canvas.shape[0]
+        before = torch.tensor(parts.before, dtype=torch.long, device=self.device).expand(b, -1)
+        after = torch.tensor(parts.after, dtype=torch.long, device=self.device).expand(b, -1)
+        return torch.cat([before, canvas, after], dim=1)
+
     def _exact_step(self, parts: Parts, canvas: torch.Tensor) -> torch.Tensor:
         b, c = canvas.shape
-        before = torch.tensor(parts.before, device=self.device).expand(b, -1)
-        after = torch.tensor(parts.after, dtype=torch.long, device=self.device).expand(b, -1)
-        ids = torch.cat([before, canvas, after], dim=1)  # (B, T)
+        ids = self._sequence(parts, canvas)
         t = ids.shape[1]
         hidden = self.model.model(input_ids=ids, attention_mask=self._full_mask(b, t, t)).last_hidden_state
         return self._canvas_logits(hidden, len(parts.before) - 1, c)
@@ -303,7 +307,7 @@ class DreamDenoiser(OnModelDevice):
         key = (ids, c)
         if self._dual is None or self._dual[0] != key:
             self._dual = (key, self._context_kv(parts, canvas[:1]))
-        cache = expand_cache(fork_cache(self._dual[1]), b)
+        cache = expand_cache(self._dual[1], b) if b > 1 else fork_cache(self._dual[1])  # a copy to grow
         last = torch.full((b, 1), parts.before[-1], dtype=torch.long, device=self.device)
         queries = torch.cat([last, canvas], dim=1)  # (B, C + 1) at positions p - 1 .. p + C - 1
         positions = torch.arange(p - 1, p + c, device=self.device).unsqueeze(0)
@@ -321,9 +325,7 @@ class DreamDenoiser(OnModelDevice):
         """One full pass of `before canvas after` (batch 1); the keys and values of all
         but the canvas and the last prefix token (those are run at every step)."""
         p, c = len(parts.before), canvas.shape[1]
-        before = torch.tensor([parts.before], device=self.device)
-        after = torch.tensor([parts.after], dtype=torch.long, device=self.device)
-        ids = torch.cat([before, canvas, after], dim=1)
+        ids = self._sequence(parts, canvas)
         t = ids.shape[1]
         cache = DynamicCache(config=self.model.config)
         self.model.model(input_ids=ids, attention_mask=self._full_mask(1, t, t), use_cache=True, **{_CACHE_KW: cache})

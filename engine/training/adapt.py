@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from engine.denoisers.dream import Specials
+from engine.denoisers.dream import Specials, layout
 from engine.errors import InputError
 from engine.modeldir import AUTOREGRESSIVE_MODEL_TYPES, DREAM_MODEL_TYPES, LoadedModel, load_model, read_config
 from engine.tokenizer import Tokenizer
@@ -114,8 +114,9 @@ def collate(
         if not any(hidden):
             hidden[gen.randrange(canvas)] = True
         noised = [sp.mask if h else t for t, h in zip(target, hidden, strict=True)]
-        before = [sp.start, *row.prefix]
-        seqs.append([*before, *noised, *row.suffix, sp.eof])
+        parts = layout([sp.fim_suffix, *row.suffix, sp.fim_prefix, *row.prefix, sp.fim_middle], sp)
+        before = parts.before  # the inference layout, exactly (engine/denoisers/dream.py)
+        seqs.append([*before, *noised, *parts.after])
         # hidden state at position p - 1 + j predicts canvas position j
         tgt = [IGNORE] * len(seqs[-1])
         wts = [0.0] * len(seqs[-1])
@@ -126,7 +127,7 @@ def collate(
                 wts[len(before) - 1 + j] = PAD_WEIGHT if j > first_pad else 1.0
         targets.append(tgt)
         weights.append(wts)
-        stream = [sp.fim_prefix, *row.prefix, sp.fim_suffix, *row.suffix, sp.fim_middle, *row.middle, sp.eof]
+        stream = [*parts.causal, *row.middle, sp.eof]
         causal.append(stream)
         start = len(stream) - len(row.middle) - 2  # <fim_middle> predicts the first middle token
         causal_t.append([IGNORE] * start + stream[start + 1 :] + [IGNORE])

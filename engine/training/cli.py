@@ -4,6 +4,7 @@ engine/cli.py parses their arguments and imports this module only when one of th
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -49,20 +50,8 @@ def cmd_adapt(args: argparse.Namespace) -> int:
             raise InputError(f"data folder not found: {d}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    cfg = AdaptConfig(
-        steps=args.steps,
-        minutes=args.minutes,
-        lr=args.lr,
-        warmup=args.warmup,
-        batch_size=args.batch_size,
-        context_tokens=args.context_tokens,
-        canvas_tokens=args.canvas_tokens,
-        anneal_steps=args.anneal_steps,
-        eval_batches=args.eval_batches,
-        seed=args.seed,
-        device=args.device,
-        bf16=args.bf16,
-    )
+    names = [f.name for f in dataclasses.fields(AdaptConfig) if hasattr(args, f.name)]
+    cfg = AdaptConfig(**{name: getattr(args, name) for name in names})
     summary = adapt(args.model, args.out, args.data, cfg)
     summary.pop("train_curve")
     sys.stdout.write(json.dumps(summary) + "\n")
