@@ -236,19 +236,28 @@ class LocalGenerator:
         state = self.den.encode(ctx_ids, cached)
         self.cache.put(state)
         t1 = time.perf_counter()
-        # 4-5. canvas and sampling
+        # 4-5. canvas and sampling: one greedy row per fitted length, then the sampled
+        # candidates (at the first length)
         multiline = plan is not None and plan.span.multiline
-        cfg, row_temperature = self._sampler_for(opts, req, b, warnings, multiline)
-        rng = self.den.random_source(cfg.seed)
         proposal, warm = ([], False) if req.refine else self._proposals(opts, req, prefix_ids, suffix_ids, c)
-        fitted = self._fitted(opts, req, cfg, state, c, len(proposal))
-        canvas, fixed = self._start_canvas(req, state, rng, b, fitted or c, proposal)
+        cfg = self._sampler_for(opts, req, b, warnings, multiline)
+        lengths = self._fitted(opts, req, cfg, state, c, len(proposal))
+        greedy = max(1, len(lengths))
+        row_temperature = self._row_temperature(b + greedy - 1, greedy) if b > 1 else None
+        rng = self.den.random_source(cfg.seed)
+        width = max(lengths) if lengths else c
+        canvas, fixed = self._start_canvas(req, state, rng, b + greedy - 1, width, proposal)
+        if greedy > 1:
+            canvas, fixed = self._sized_rows(canvas, lengths)
         one_line = plan is not None and not plan.span.multiline
         stats = VerifyStats()
-        result = self._sample(job, cfg, rng, state, canvas, fixed, proposal, row_temperature, ctx_ids, stats, one_line)
-        t2 = time.perf_counter()
+        result = self._sample(
+            job, cfg, rng, state, canvas, fixed, proposal, row_temperature, ctx_ids, stats, one_line, greedy
+        )
         # 6. decode and rank
-        ranked = self._ranked(job.control, result, state)
+        ranked, scored = self._ranked(job.control, result, state, greedy)
+        t2 = time.perf_counter()
+        passes = result.steps if cfg.strategy in ONE_TOKEN_STRATEGIES else result.steps + 1
         return InfillResult(
             candidates=ranked,
             steps=result.steps,
@@ -260,39 +269,58 @@ class LocalGenerator:
             drafted=len(proposal),
             warm_start=warm,
             canvas_tokens=c,
-            fitted_tokens=fitted,
-            passes=result.steps if cfg.strategy in ONE_TOKEN_STRATEGIES else result.steps + 1,
+            fitted_tokens=width if lengths else 0,
+            passes=passes + scored,
             rounds=stats.rounds,
             accepted=stats.accepted,
         )
 
-    def _fit_options(self, opts: FillOptions) -> tuple[bool, float, int]:
+    def _fit_options(self, opts: FillOptions) -> tuple[bool, tuple[float, ...], int]:
+        """(fit the canvas, the quantiles of the predicted length to fill at, slack):
+        config.json `defaults` `length_quantiles` (a list; `length_quantile`, one, as
+        before), `length_slack` and `fit_canvas`, unless the options say."""
         d = self.defaults
         fit = opts.fit_canvas if opts.fit_canvas is not None else bool(d.get("fit_canvas", True))
         fit = fit and self.den.info.length_classes > 0 and isinstance(self.den, LengthPredictor)
-        return fit, float(d.get("length_quantile", DEFAULT_QUANTILE)), int(d.get("length_slack", DEFAULT_SLACK))
+        quantiles = d.get("length_quantiles", [d.get("length_quantile", DEFAULT_QUANTILE)])
+        return fit, tuple(float(q) for q in quantiles), int(d.get("length_slack", DEFAULT_SLACK))
 
     def _fitted(
         self, opts: FillOptions, req: InfillRequest, cfg: SamplerConfig, state: Any, budget: int, warm: int
-    ) -> int:
-        """The canvas length the length head gives within `budget` (0: the model has none,
-        the options turn it off, or the fill is not a canvas: one token at a time stops
-        by itself, a refinement keeps the region's positions); a warm start keeps room
-        for the rest of the fill shown before."""
-        fit, quantile, slack = self._fit_options(opts)
+    ) -> list[int]:
+        """The canvas lengths the length head gives within `budget`, one per quantile,
+        distinct, in the quantiles' order (empty: the model has none, the options turn it
+        off, or the fill is not a canvas: one token at a time stops by itself, a
+        refinement keeps the region's positions); a warm start keeps room for the rest of
+        the fill shown before."""
+        fit, quantiles, slack = self._fit_options(opts)
         if not fit or req.refine or cfg.strategy in ONE_TOKEN_STRATEGIES:
-            return 0
+            return []
         logits = self.den.length_logits(state)  # type: ignore[attr-defined]
         if logits is None:
-            return 0
-        n = fitted_length(to_numpy(logits), budget, quantile, slack, cfg.min_tokens)
-        return max(n, min(budget, warm + 1))
+            return []
+        z = to_numpy(logits)
+        sizes = [max(fitted_length(z, budget, q, slack, cfg.min_tokens), min(budget, warm + 1)) for q in quantiles]
+        return list(dict.fromkeys(sizes))
+
+    def _sized_rows(self, canvas: Any, lengths: list[int]) -> tuple[Any, Any]:
+        """Greedy row i is a canvas of lengths[i] tokens within the batch's width: its
+        positions from lengths[i] on are padding, given (fixed), so its fill ends there
+        at the latest; the sampled rows after them keep the first length."""
+        sp = self.tok.special
+        host = to_numpy(canvas).copy()
+        b, width = host.shape
+        ends = [*lengths, *[lengths[0]] * (b - len(lengths))]
+        fixed = np.arange(width)[None, :] >= np.asarray(ends)[:, None]
+        host[fixed] = sp.pad
+        return self.den.as_array(host), self.den.as_array(fixed)
 
     def _draft_length(self, opts: FillOptions) -> Callable[[Any, int], int] | None:
         """How verified decoding sizes each draft: the length head within the room left."""
-        fit, quantile, slack = self._fit_options(opts)
+        fit, quantiles, slack = self._fit_options(opts)
         if not fit:
             return None
+        quantile = quantiles[0]
 
         def size(state: Any, room: int) -> int:
             logits = self.den.length_logits(state)  # type: ignore[attr-defined]
@@ -302,11 +330,10 @@ class LocalGenerator:
 
     def _sampler_for(
         self, opts: FillOptions, req: InfillRequest, b: int, warnings: list[str], multiline: bool
-    ) -> tuple[SamplerConfig, Any | None]:
-        """The sampler settings of this fill (the model's defaults for the span's shape
+    ) -> SamplerConfig:
+        """The sampler settings of this fill: the model's defaults for the span's shape
         unless the options bring their own, with the options' strategy and steps over
-        them) and the per-row temperature factors: row 0 stays the greedy fill at the
-        model's temperature, other candidates are sampled."""
+        them; sampled (not greedy) when the request asks for several candidates."""
         cfg = opts.sampler or self.default_sampler(multiline)
         if opts.strategy:
             cfg = replace(cfg, strategy=opts.strategy)  # type: ignore[arg-type]
@@ -314,12 +341,8 @@ class LocalGenerator:
             cfg = replace(cfg, max_steps=opts.max_steps)
         if opts.seed is not None and cfg.seed is None:
             cfg = replace(cfg, seed=opts.seed)
-        row_temperature = None
         if b > 1 and cfg.greedy:
             cfg = replace(cfg, greedy=False)
-            factors = np.full((b, 1, 1), CANDIDATE_TEMPERATURE, dtype=np.float32)
-            factors[0] = 1.0
-            row_temperature = self.den.as_array(factors)
         rule = req.min_tokens if req.min_tokens is not None else int(on_blank_line(req.prefix, req.suffix))
         min_tokens = max(rule, cfg.min_tokens)
         if min_tokens != cfg.min_tokens:
@@ -329,7 +352,14 @@ class LocalGenerator:
                 f"this model has no autoregressive mode for {cfg.strategy}; decoding left to right on the canvas"
             )
             cfg = replace(cfg, strategy="left_to_right")
-        return cfg, row_temperature
+        return cfg
+
+    def _row_temperature(self, rows: int, greedy: int) -> Any:
+        """Per-row temperature factors for several candidates: the greedy rows stay at
+        the model's temperature, the sampled ones are tempered by CANDIDATE_TEMPERATURE."""
+        factors = np.full((rows, 1, 1), CANDIDATE_TEMPERATURE, dtype=np.float32)
+        factors[:greedy] = 1.0
+        return self.den.as_array(factors)
 
     def _start_canvas(
         self, req: InfillRequest, state: Any, rng: Any, b: int, c: int, proposal: list[int]
@@ -358,6 +388,7 @@ class LocalGenerator:
         ctx_ids: list[int],
         stats: VerifyStats,
         one_line: bool = False,
+        greedy: int = 1,
     ) -> SampleResult:
         """The sampler's run over the B candidate rows: one token at a time in the
         autoregressive mode, or drafts of the canvas verified by that mode (a row ends
@@ -366,7 +397,7 @@ class LocalGenerator:
         b, c = (int(n) for n in canvas.shape)
         control = job.control
         greedy_rows = np.zeros((b,), dtype=bool)
-        greedy_rows[0] = True  # the first candidate is always the most likely fill
+        greedy_rows[:greedy] = True  # the first candidates are the most likely fill at each length
         on_step = None
         if control.on_draft is not None:
             cb = control.on_draft
@@ -403,10 +434,14 @@ class LocalGenerator:
             cfg = replace(cfg, strategy="left_to_right")
         return run(self.den, state, canvas, cfg, rng, fixed=fixed, draft=draft, **common)
 
-    def _ranked(self, control: FillControl, result: SampleResult, state: Any) -> list[Candidate]:
-        """Each row cut at end-of-fill and decoded; the greedy fill first, the others by
-        the likelihood the autoregressive mode gives them (a sharper judge than the
-        canvas's confidence; each distinct text scored once) or, without it, by mean
+    def _ranked(
+        self, control: FillControl, result: SampleResult, state: Any, greedy: int = 1
+    ) -> tuple[list[Candidate], int]:
+        """(candidates, scoring passes): each row cut at end-of-fill and decoded; the
+        greedy fills first (one per canvas length), the others after them, each group by
+        the likelihood the autoregressive mode gives it, per token with its end-of-fill
+        (a sharper judge than the canvas's confidence; each distinct text scored once in
+        one pass) or, without that mode, greedy row 0 first and the rest by mean
         confidence."""
         cands = []
         for row, conf in zip(result.tokens, result.confidence, strict=True):
@@ -414,6 +449,7 @@ class LocalGenerator:
             cands.append(Candidate(text, [int(t) for t in row[:n]], [float(x) for x in conf[:n]]))
         late = control.deadline is not None and time.monotonic() >= control.deadline
         unique = distinct(cands)
+        scored = 0
         if (
             self.den.info.autoregressive
             and len(unique) > 1
@@ -424,13 +460,15 @@ class LocalGenerator:
             for k in unique:
                 lp, n = sequence_logprob(self.den, state, k.token_ids, self.tok.special.eof)
                 scores[k.text] = lp / n
+            scored = len(unique)
             for k in cands:
                 k.logprob = scores.get(k.text)
-        first, rest = (
-            cands[:1],
-            sorted(cands[1:], key=lambda k: -(k.logprob if k.logprob is not None else np.log(k.mean_confidence))),
-        )
-        return first + rest
+
+        def best(group: list[Candidate]) -> list[Candidate]:
+            return sorted(group, key=lambda k: -(k.logprob if k.logprob is not None else np.log(k.mean_confidence)))
+
+        head = best(cands[:greedy]) if cands[0].logprob is not None else cands[:greedy]
+        return [*head, *best(cands[greedy:])], scored
 
     def _refine_canvas(self, text: str, state: Any, canvas: Any, c: int) -> tuple[Any, Any]:
         """Score `text` in place (one forward pass with it visible); its tokens the model

@@ -340,6 +340,35 @@ def test_the_length_head_sizes_the_canvas_within_the_budget(engine: Engine) -> N
     assert one_token.fitted_tokens == 0  # one token at a time stops by itself
 
 
+def test_several_canvas_lengths_are_filled_at_once_and_ranked_by_the_one_token_mode(engine: Engine) -> None:
+    """`length_quantiles`: one greedy canvas per fitted length in one batch (a shorter
+    row's fill ends within its length), the answers ordered by the one-token mode's
+    likelihood per token; one quantile is the single fitted canvas, as before."""
+    from engine.length import fitted_length
+    from engine.sampler import sequence_logprob
+
+    gen = local(engine)
+    body = InfillRequest(prefix=BODY_PREFIX, suffix=BODY_SUFFIX, language="python", check_syntax=False)
+    state = gen.den.encode(gen.build_context(engine.options, body, [], 128)[0])
+    logits = gen.den.length_logits(state)  # type: ignore[attr-defined]
+    quantiles = [0.05, 0.5, 1.0]
+    lengths = list(dict.fromkeys(fitted_length(logits, 128, q) for q in quantiles))
+    assert len(lengths) >= 2  # the head's distribution gives the rows different lengths
+    gen.defaults = {**gen.defaults, "length_quantiles": quantiles}
+    engine = engine.configured(use_drafter=False)
+    r = engine.fill(body)
+    assert r.fitted_tokens == max(lengths)
+    assert 1 <= len(r.candidates) <= len(lengths)
+    assert min(len(c.token_ids) for c in r.candidates) <= min(lengths)  # the short row ends in time
+    scores = [sequence_logprob(gen.den, state, c.token_ids, gen.tok.special.eof) for c in r.candidates]
+    per_token = [lp / n for lp, n in scores]
+    assert per_token == sorted(per_token, reverse=True)  # the likeliest fill first
+    assert r.passes >= r.steps + 1 + (len(r.candidates) if len(r.candidates) > 1 else 0)  # scoring counted
+    gen.defaults = {**gen.defaults, "length_quantiles": [0.9]}
+    single = engine.fill(body)
+    assert single.fitted_tokens == fitted_length(logits, 128, 0.9) and len(single.candidates) == 1
+
+
 @pytest.mark.parametrize("model", ["tiny", "shipped"])
 @pytest.mark.parametrize("cut", CURSORS)
 def test_verified_greedy_decoding_is_the_one_token_modes_fill(
