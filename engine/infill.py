@@ -243,10 +243,11 @@ class LocalGenerator:
         cfg = self._sampler_for(opts, req, b, warnings, multiline)
         lengths = self._fitted(opts, req, cfg, state, c, len(proposal))
         greedy = max(1, len(lengths))
-        row_temperature = self._row_temperature(b + greedy - 1, greedy) if b > 1 else None
+        rows = b + greedy - 1
+        row_temperature = self._row_temperature(rows, greedy) if b > 1 else None
         rng = self.den.random_source(cfg.seed)
         width = max(lengths) if lengths else c
-        canvas, fixed = self._start_canvas(req, state, rng, b + greedy - 1, width, proposal)
+        canvas, fixed = self._start_canvas(req, state, rng, rows, width, proposal)
         if greedy > 1:
             canvas, fixed = self._sized_rows(canvas, lengths)
         one_line = plan is not None and not plan.span.multiline
