@@ -304,7 +304,7 @@ class Bench:
 
     def canvas_run(self, den: Any) -> dict[str, Any]:
         """Encode a gen_prompt-token prompt, then a full gen_steps-step canvas with our sampler."""
-        from engine import sampler as S
+        from engine.local import sampler as S
 
         sz = self.sizes
         prompt = self.prompt[: sz["gen_prompt"]]
@@ -455,8 +455,8 @@ def run_onnx(report: Report, budget: Budget, cuda: bool, repeats: int) -> dict[s
     import onnxruntime as ort
 
     from engine.fill import FillOptions, InfillRequest
-    from engine.infill import local_engine
-    from engine.modeldir import load_model
+    from engine.local.generator import local_engine
+    from engine.models.directory import load_model
 
     source = (REPO / "fixtures" / "code" / "inventory.py").read_text()
     lines = source.splitlines(keepends=True)

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from engine.evaluation.benchmark import run_benchmark
-from engine.modeldir import DEFAULT_MODEL_DIR, load_model
+from engine.models.directory import DEFAULT_MODEL_DIR, load_model
 
 
 def main() -> int:

@@ -17,9 +17,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from engine.evaluation.heldout import evaluate_dir
-from engine.infill import LocalGenerator, local_engine
-from engine.modeldir import DEFAULT_MODEL_DIR, load_model
-from engine.sampler import SamplerConfig
+from engine.local.generator import LocalGenerator, local_engine
+from engine.local.sampler import SamplerConfig
+from engine.models.directory import DEFAULT_MODEL_DIR, load_model
 
 SETTINGS: dict[str, dict[str, object]] = {
     "left_to_right": {"strategy": "left_to_right"},

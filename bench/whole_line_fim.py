@@ -79,7 +79,7 @@ def run_batch(
                     row["language"] = language
                 f.write(json.dumps(row) + "\n")
         t0 = time.perf_counter()
-        cmd = [sys.executable, "-c", "import sys; from engine.cli import main; sys.exit(main())"]
+        cmd = [sys.executable, "-c", "import sys; from engine.commands.cli import main; sys.exit(main())"]
         env = {**os.environ, "PYTHONPATH": str(root)}
         subprocess.run(
             [*cmd, "batch", "--input", str(src), "--output", str(dst), *extra], check=True, cwd=root, env=env

@@ -7,16 +7,16 @@
     print(result.text, result.steps)
 
 `Engine` (engine.fill) frames every fill the same way over a generator of raw candidates:
-the local model (`local_engine`) or an inference server (`engine.remote.remote_engine`).
+the local model (`local_engine`) or an inference server (`engine.remote.generator.remote_engine`).
 The engine speaks text and token ids only; it knows nothing of LSP.
 """
 
 from engine.candidate import Candidate
 from engine.errors import EngineError, InputError, ModelLoadError
 from engine.fill import Engine, FillControl, FillOptions, InfillRequest, InfillResult
-from engine.infill import LocalGenerator, local_engine
-from engine.modeldir import LoadedModel, load_model
-from engine.sampler import SamplerConfig
+from engine.local.generator import LocalGenerator, local_engine
+from engine.local.sampler import SamplerConfig
+from engine.models.directory import LoadedModel, load_model
 
 __all__ = [
     "Candidate",

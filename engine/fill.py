@@ -7,8 +7,8 @@
   2. size the budget: the span's, within the longest fill the generator makes, grown to
      hold the region a fill replaces, capped by the user's maxFillTokens;
   3. generate raw candidates: the backend's one job (`Generator.generate`): the local
-     denoiser (engine.infill: the embedded model, DiffusionGemma, any Denoiser) or a
-     remote inference server (engine.remote, one class for its dialects);
+     denoiser (engine.local.generator: the embedded model, DiffusionGemma, any Denoiser) or a
+     remote inference server (engine.remote.generator, one class for its dialects);
   4. drop duplicates and blank alternatives;
   5. fit the indentation to the cursor's line;
   6. check the syntax (engine.syntax.check_candidates): cut, drop and rank candidates;
@@ -33,12 +33,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from engine.candidate import Candidate, Shown
-from engine.sampler import SamplerConfig
+from engine.local.sampler import SamplerConfig
+from engine.models.tokenizer import Tokenizer
 from engine.spans import language_for
 from engine.spans.document import valid_unicode
 from engine.spans.lines import line_start
 from engine.syntax import FillPlan, check_candidates, plan_fill
-from engine.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ import re
 from dataclasses import dataclass, replace
 
 from engine.candidate import Candidate
+from engine.models.tokenizer import Tokenizer
 from engine.spans import Document, Span, language_for, select_span, validate_fill
 from engine.spans.select import MULTI_LINE_BUDGET
-from engine.tokenizer import Tokenizer
 
 _RANK = {"ok": 0, "truncated": 1, "unchecked": 2}
 

@@ -33,9 +33,9 @@ from pathlib import Path
 from engine.candidate import Candidate, Shown
 from engine.errors import EngineError
 from engine.fill import Engine, FillControl, FillOptions, InfillRequest
-from engine.infill import local_engine
-from engine.modeldir import load_model
-from engine.remote import RemoteConfig, remote_engine
+from engine.local.generator import local_engine
+from engine.models.directory import load_model
+from engine.remote.generator import RemoteConfig, remote_engine
 from engine.spans import Document, Span, fill_holes_jointly, language_for
 from lsp_server.settings import Settings
 

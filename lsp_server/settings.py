@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from engine.modeldir import BACKENDS, QUANTIZATIONS
-from engine.remote import DIALECTS
-from engine.sampler import STRATEGIES
+from engine.local.sampler import STRATEGIES
+from engine.models.directory import BACKENDS, QUANTIZATIONS
+from engine.remote.generator import DIALECTS
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ FIXTURE_CODE = ROOT / "fixtures" / "code"
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A freshly built model directory of the embedded architecture with random weights."""
     torch = pytest.importorskip("torch")
-    from engine.model import DiffusionCoder, ModelConfig
-    from engine.tokenizer import train_tokenizer
+    from engine.models.embedded import DiffusionCoder, ModelConfig
+    from engine.models.tokenizer import train_tokenizer
     from engine.training.save import save_model_dir
 
     texts = [p.read_text(encoding="utf-8") for p in sorted(FIXTURE_CODE.glob("*.py"))] * 4

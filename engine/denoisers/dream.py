@@ -54,7 +54,7 @@ from engine.denoisers.hf_cache import cache_nbytes, can_crop, expand_cache, fork
 from engine.denoisers.kv import common_prefix_len
 from engine.denoisers.torch import OnModelDevice
 from engine.errors import ModelLoadError
-from engine.modeldir import DREAM_MODEL_TYPES
+from engine.models.directory import DREAM_MODEL_TYPES
 
 log = logging.getLogger(__name__)
 

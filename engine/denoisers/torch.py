@@ -9,7 +9,7 @@ import torch
 
 from engine.denoisers.base import DenoiserInfo, RandomSource, host_array
 from engine.denoisers.kv import Encoded, KVDenoiser
-from engine.model import DiffusionCoder
+from engine.models.embedded import DiffusionCoder
 
 
 class TorchRandomSource:

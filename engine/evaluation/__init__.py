@@ -4,5 +4,5 @@
     heldout    infill tasks cut from held-out files, valid/exact/non-empty rates (`diffusion-infill eval`)
     passk      pass@k by executing unit tests on single-line infills
     benchmark  fill latency and memory of the engine (`diffusion-infill bench`)
-    cli        the `bench` and `eval` commands (engine/cli.py parses them)
+    cli        the `bench` and `eval` commands (engine/commands/cli.py parses them)
 """

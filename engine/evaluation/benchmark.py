@@ -26,8 +26,8 @@ from typing import Any
 
 from engine.candidate import Shown
 from engine.fill import Engine, FillOptions, InfillRequest
-from engine.infill import LocalGenerator, local_engine
-from engine.modeldir import LoadedModel
+from engine.local.generator import LocalGenerator, local_engine
+from engine.models.directory import LoadedModel
 
 CONTEXT_TOKENS = 1024
 CANVAS_TOKENS = 32

@@ -1,4 +1,4 @@
-"""diffusion-infill's measuring commands, `bench` and `eval`; engine/cli.py parses their
+"""diffusion-infill's measuring commands, `bench` and `eval`; engine/commands/cli.py parses their
 arguments and imports this module only when one of them runs."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import argparse
 import json
 import sys
 
-from engine.cli import engine_from_args, sampler_from_args
-from engine.modeldir import load_model
+from engine.commands.cli import engine_from_args, sampler_from_args
+from engine.models.directory import load_model
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

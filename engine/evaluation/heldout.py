@@ -42,8 +42,8 @@ from typing import Any
 from engine.errors import InputError
 from engine.evaluation import passk
 from engine.fill import Engine, InfillRequest
-from engine.infill import LocalGenerator
-from engine.sampler import SamplerConfig, Strategy
+from engine.local.generator import LocalGenerator
+from engine.local.sampler import SamplerConfig, Strategy
 from engine.spans import Document, count_errors, language_for
 from engine.spans.select import MULTI_LINE_BUDGET, PROSE_BUDGET, SINGLE_LINE_BUDGET
 from engine.training.tasks import TaskKind, cut

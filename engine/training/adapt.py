@@ -12,7 +12,7 @@ embedded model trains on), on one set of weights:
   where the fill ends);
 - the autoregressive loss, kept: `<fim_prefix> P <fim_suffix> S <fim_middle> M eof`
   causal, next-token cross-entropy on the middle and its end (the one-token mode and the
-  verifier of verified decoding, engine/verify.py);
+  verifier of verified decoding, engine/local/verify.py);
 - optionally, attention-mask annealing (DiffuLLaMA): for the first `anneal_steps` steps
   the canvas pass sees each future position with a probability growing from 0 to 1,
   from the causal mask the model knows to full attention.
@@ -41,8 +41,8 @@ import torch.nn.functional as F
 
 from engine.denoisers.dream import Specials, layout
 from engine.errors import InputError
-from engine.modeldir import AUTOREGRESSIVE_MODEL_TYPES, DREAM_MODEL_TYPES, LoadedModel, load_model, read_config
-from engine.tokenizer import Tokenizer
+from engine.models.directory import AUTOREGRESSIVE_MODEL_TYPES, DREAM_MODEL_TYPES, LoadedModel, load_model, read_config
+from engine.models.tokenizer import Tokenizer
 from engine.training.tasks import cut_example
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """diffusion-infill's model-making commands, `train`, `adapt` and `export-onnx` (they need torch);
-engine/cli.py parses their arguments and imports this module only when one of them runs."""
+engine/commands/cli.py parses their arguments and imports this module only when one of them runs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from engine.errors import InputError
-from engine.modeldir import load_model
+from engine.models.directory import load_model
 
 
 def cmd_train(args: argparse.Namespace) -> int:

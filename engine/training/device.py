@@ -57,8 +57,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info  # noqa: E402
 
-from engine.model import DiffusionCoder, ModelConfig  # noqa: E402
-from engine.modeldir import (  # noqa: E402
+from engine.models.directory import (  # noqa: E402
     CARD_FILE,
     CONFIG_FILE,
     FORMAT_VERSION,
@@ -66,7 +65,8 @@ from engine.modeldir import (  # noqa: E402
     TOKENIZER_FILE,
     WEIGHTS_FILE,
 )
-from engine.tokenizer import SPECIAL_TOKENS, Tokenizer, train_tokenizer  # noqa: E402
+from engine.models.embedded import DiffusionCoder, ModelConfig  # noqa: E402
+from engine.models.tokenizer import SPECIAL_TOKENS, Tokenizer, train_tokenizer  # noqa: E402
 from engine.training.budget import Budget  # noqa: E402
 from engine.training.corpus import DATA_MANIFEST, MANIFEST, data_manifest  # noqa: E402
 from engine.training.loop import Batch, TrainConfig, make_batch, read_corpus, text_sampler, train  # noqa: E402
@@ -648,8 +648,8 @@ def step_fill(
         e.update(status="skipped", reason=f"budget: {budget.left():.0f} s left")
         return
     from engine.fill import InfillRequest
-    from engine.infill import local_engine
-    from engine.modeldir import load_model
+    from engine.local.generator import local_engine
+    from engine.models.directory import load_model
     from engine.training.tasks import cut_example
 
     src = out / MODEL_DIR

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from engine.denoisers.onnx import kv_names
-from engine.model import DiffusionCoder, ModelConfig, Rotation, cached_causal_attention, rope_tables
+from engine.models.embedded import DiffusionCoder, ModelConfig, Rotation, cached_causal_attention, rope_tables
 
 OPSET = 17
 ENCODE_FILE = "encode.onnx"

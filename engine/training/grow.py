@@ -21,7 +21,7 @@ from dataclasses import asdict
 
 import torch
 
-from engine.model import Block, DiffusionCoder, ModelConfig
+from engine.models.embedded import Block, DiffusionCoder, ModelConfig
 from engine.training.loop import TrainConfig, TrainState, new_optimizer, training_device
 
 log = logging.getLogger(__name__)

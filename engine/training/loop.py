@@ -25,8 +25,8 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from engine.model import DiffusionCoder, DualOutput, ModelConfig
-from engine.tokenizer import Tokenizer
+from engine.models.embedded import DiffusionCoder, DualOutput, ModelConfig
+from engine.models.tokenizer import Tokenizer
 from engine.training.corpus import MANIFEST, read_manifest
 from engine.training.tasks import LONG_KINDS, MIX, TaskKind, cut_example
 
@@ -598,7 +598,7 @@ def load_state(directory: Path, cfg: TrainConfig) -> tuple[TrainState, Tokenizer
     learning-rate settings (the moments and counters carry over; lr is set every step)."""
     from safetensors.torch import load_file
 
-    from engine.tokenizer import Tokenizer
+    from engine.models.tokenizer import Tokenizer
 
     meta = json.loads((directory / STATE_JSON).read_text(encoding="utf-8"))
     tensors = load_file(str(directory / STATE_TENSORS))

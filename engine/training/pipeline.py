@@ -12,7 +12,7 @@ import sysconfig
 import time
 from pathlib import Path
 
-from engine.tokenizer import train_tokenizer
+from engine.models.tokenizer import train_tokenizer
 from engine.training.corpus import DATA_MANIFEST, MANIFEST, data_manifest, read_manifest
 from engine.training.grow import grow_state
 from engine.training.loop import (
@@ -107,7 +107,7 @@ def run_training(
                 raise ValueError("the recipe grows the trunk: a cool-down-only run cannot grow it (train it first)")
             state = grow_state(state, cfg)
     elif resume is not None:  # continue from a model directory: its weights and tokenizer
-        from engine.modeldir import load_model
+        from engine.models.directory import load_model
 
         loaded = load_model(resume, backend="torch")
         model = loaded.denoiser.model  # type: ignore[attr-defined]
@@ -252,7 +252,7 @@ def describe_data(corpora: list[Path], files: int, held: int, holdout: list[str]
 
 MODEL_CARD = """# diffusion-lsp default model
 
-A small infill model of the embedded architecture (engine/model.py): one transformer
+A small infill model of the embedded architecture (engine/models/embedded.py): one transformer
 whose causal context encoder and bidirectional canvas denoiser share every weight,
 trained on CPU with the dual objective (every computed token supervised): a next-token
 loss on the context stream in suffix-prefix-middle order and on the middle after the

@@ -1,4 +1,4 @@
-"""Writing a model directory (training's side of engine/modeldir.py, which reads one):
+"""Writing a model directory (training's side of engine/models/directory.py, which reads one):
 config.json, tokenizer.json, the weights once in model.safetensors, the ONNX graphs that
 read them, and the model card."""
 
@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from engine.modeldir import CARD_FILE, CONFIG_FILE, FORMAT_VERSION, MODEL_TYPE, TOKENIZER_FILE, WEIGHTS_FILE
-from engine.tokenizer import SPECIAL_TOKENS, Tokenizer
+from engine.models.directory import CARD_FILE, CONFIG_FILE, FORMAT_VERSION, MODEL_TYPE, TOKENIZER_FILE, WEIGHTS_FILE
+from engine.models.tokenizer import SPECIAL_TOKENS, Tokenizer
 
 
 def save_model_dir(

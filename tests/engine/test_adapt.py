@@ -16,10 +16,10 @@ pytest.importorskip("transformers")
 
 import torch.nn.functional as F  # noqa: E402
 
-from engine.cli import main  # noqa: E402
+from engine.commands.cli import main  # noqa: E402
 from engine.fill import FillOptions, InfillRequest  # noqa: E402
-from engine.infill import local_engine  # noqa: E402
-from engine.modeldir import load_model  # noqa: E402
+from engine.local.generator import local_engine  # noqa: E402
+from engine.models.directory import load_model  # noqa: E402
 from engine.training.adapt import IGNORE, PAD_WEIGHT, AdaptConfig, Sides, canvas_mask, collate, losses  # noqa: E402
 from tests import dream_checkpoint  # noqa: E402
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from engine.fill import FillOptions, InfillRequest
-from engine.infill import local_engine
-from engine.modeldir import load_model
+from engine.local.generator import local_engine
+from engine.models.directory import load_model
 
 PREFIX = "def total(self) -> float:\n    return self.price"
 SUFFIX = "\n\n\ndef main() -> None:\n    pass\n"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main, split_at
+from engine.commands.cli import main, split_at
 
 from ..conftest import FIXTURE_CODE
 
@@ -144,7 +144,7 @@ def test_bad_model_directory_is_named(
     elif breakage == "bad_json":
         (model / "config.json").write_text("{not json")
     elif breakage == "wrong_tokenizer":
-        from engine.tokenizer import train_tokenizer
+        from engine.models.tokenizer import train_tokenizer
 
         train_tokenizer(["def f():\n    return 1\n"] * 3, vocab_size=300).hf.save(str(model / "tokenizer.json"))
     code, _, err = run_cli(capsys, "fill", "--model", str(model), "--file", str(SAMPLE), "--line", "1", "--col", "1")
@@ -200,7 +200,7 @@ def test_console_script_runs_the_shipped_model(tmp_path: Path) -> None:
 def test_batch_reads_stdin_and_writes_stdout(tiny_model_dir: Path) -> None:
     lines = [{"id": i, "prefix": f"x{i} = ", "suffix": "\n"} for i in range(3)]
     proc = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "batch", "--model", str(tiny_model_dir)],
+        [sys.executable, "-m", "engine.commands.cli", "batch", "--model", str(tiny_model_dir)],
         input="".join(json.dumps(x) + "\n" for x in lines),
         capture_output=True,
         text=True,
@@ -304,7 +304,7 @@ def test_eval_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 RUNTIME_PROBE = """
 import json, sys
-from engine.cli import main
+from engine.commands.cli import main
 code = main(["fill", "--model", sys.argv[1], "--prefix-file", sys.argv[2]])
 print(json.dumps([code, sorted(sys.modules)]))
 """
@@ -317,5 +317,5 @@ def test_a_fill_imports_no_training_or_evaluation(tiny_model_dir: Path, tmp_path
     out = subprocess.run(probe, capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr
     code, modules = json.loads(out.stdout.strip().splitlines()[-1])
-    assert code == 0 and "engine.infill" in modules
+    assert code == 0 and "engine.local.generator" in modules
     assert [m for m in modules if m.startswith(("engine.training", "engine.evaluation", "torch"))] == []

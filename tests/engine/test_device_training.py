@@ -70,8 +70,8 @@ def test_tiny_run(tmp_path: Path) -> None:
     assert hashlib.sha256(target.read_bytes()).hexdigest() == weights["sha256"]
 
     from engine.fill import InfillRequest
-    from engine.infill import local_engine
-    from engine.modeldir import load_model
+    from engine.local.generator import local_engine
+    from engine.models.directory import load_model
 
     loaded = load_model(model, backend="torch")
     r = local_engine(loaded).fill(InfillRequest(prefix="def f(x):\n    return ", suffix="\n"))

@@ -19,8 +19,8 @@ from transformers import DiffusionGemmaForBlockDiffusion  # noqa: E402
 from engine.denoisers import dg_quant  # noqa: E402
 from engine.errors import ModelLoadError  # noqa: E402
 from engine.fill import FillOptions, InfillRequest  # noqa: E402
-from engine.infill import local_engine  # noqa: E402
-from engine.modeldir import load_model  # noqa: E402
+from engine.local.generator import local_engine  # noqa: E402
+from engine.models.directory import load_model  # noqa: E402
 from tests.engine.test_diffusion_gemma import CANVAS, _checkpoint_dir, tiny_config  # noqa: E402
 
 
@@ -93,7 +93,7 @@ def test_quantization_is_refused_where_it_does_not_apply(checkpoint: Path, tiny_
 
 
 def test_the_cli_fills_with_a_quantized_checkpoint(checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from engine.cli import main
+    from engine.commands.cli import main
 
     code = main(
         ["fill", "--model", str(checkpoint), "--quantization", "4bit", "--canvas-tokens", str(CANVAS), "--json",

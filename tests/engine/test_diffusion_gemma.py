@@ -3,7 +3,7 @@
 A tiny random DiffusionGemmaForBlockDiffusion (3 layers, two of them sliding-window with a
 window of 8, 4 experts, vocab 256, canvas 16) on the CPU. The backend must call the model
 exactly as generate() does (same logits), keep cached states immutable, and, driven by
-engine.sampler, reproduce generate()'s tokens.
+engine.local.sampler, reproduce generate()'s tokens.
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import (  # 
     LinearTemperatureScheduleLogitsProcessor,
 )
 
-from engine import sampler as S  # noqa: E402
 from engine.denoisers.base import Denoiser, EncodedContext  # noqa: E402
 from engine.denoisers.diffusion_gemma import (  # noqa: E402
     DiffusionGemmaDenoiser,
     ModelLoadError,
     TorchRandomSource,
 )
+from engine.local import sampler as S  # noqa: E402
 
 VOCAB = 256
 CANVAS = 16
@@ -385,7 +385,7 @@ def test_sampler_matches_generate_near_zero_temperature(model: Any, den: Any) ->
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_sampler_matches_generate_seeded(model: Any, den: Any, seed: int) -> None:
-    """Same seed, same random-number order: engine.sampler reproduces generate().
+    """Same seed, same random-number order: engine.local.sampler reproduces generate().
 
     Temperatures 0.5 -> 1.0 over 8 steps are exact in float32 (see the xfail below for why
     that matters). Two runs: generate() drawing its own initial canvas, and one given a
@@ -496,8 +496,8 @@ def _checkpoint_dir(model: Any, root: Path) -> Path:
 
 def test_infill_runs_end_to_end_on_a_checkpoint_directory(model: Any, tmp_path: Path) -> None:
     from engine.fill import FillOptions, InfillRequest
-    from engine.infill import LocalGenerator, local_engine
-    from engine.modeldir import load_model
+    from engine.local.generator import LocalGenerator, local_engine
+    from engine.models.directory import load_model
 
     root = _checkpoint_dir(model, tmp_path / "dg")
     loaded = load_model(root)
@@ -519,7 +519,7 @@ def test_infill_runs_end_to_end_on_a_checkpoint_directory(model: Any, tmp_path: 
 
 
 def test_a_tokenizer_with_other_special_ids_is_refused(model: Any, tmp_path: Path) -> None:
-    from engine.modeldir import load_model
+    from engine.models.directory import load_model
 
     root = _checkpoint_dir(model, tmp_path / "dg")
     data = json.loads((root / "tokenizer.json").read_text())

@@ -18,8 +18,8 @@ from transformers import Qwen2ForCausalLM  # noqa: E402
 from engine.denoisers.dream import DreamDenoiser, DreamPayload, layout, split_context  # noqa: E402
 from engine.errors import ModelLoadError  # noqa: E402
 from engine.fill import FillOptions, InfillRequest  # noqa: E402
-from engine.infill import local_engine  # noqa: E402
-from engine.modeldir import load_model  # noqa: E402
+from engine.local.generator import local_engine  # noqa: E402
+from engine.models.directory import load_model  # noqa: E402
 from tests import dream_checkpoint  # noqa: E402
 
 PREFIX = "def add(a, b):\n    return "
@@ -228,7 +228,7 @@ def test_a_dream_checkpoints_one_token_mode_is_off_unless_its_config_says(tmp_pa
 
 
 def test_the_cli_fills_from_a_dream_checkpoint(dream_dir: Path, tmp_path: Path, capsys: Any) -> None:
-    from engine.cli import main
+    from engine.commands.cli import main
 
     (tmp_path / "p.py").write_text(PREFIX)
     (tmp_path / "s.py").write_text(SUFFIX)

@@ -16,8 +16,8 @@ pytest.importorskip("gguf")
 
 from engine.denoisers.dream import layout  # noqa: E402
 from engine.fill import FillOptions, InfillRequest  # noqa: E402
-from engine.infill import local_engine  # noqa: E402
-from engine.modeldir import load_model  # noqa: E402
+from engine.local.generator import local_engine  # noqa: E402
+from engine.models.directory import load_model  # noqa: E402
 from tests import weights  # noqa: E402
 
 PREFIX = 'def is_palindrome(s: str) -> bool:\n    """True when s reads the same backwards."""\n    '

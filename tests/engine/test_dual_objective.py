@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from engine.model import DiffusionCoder, ModelConfig
-from engine.modeldir import load_model
-from engine.sampler import SamplerConfig, run_autoregressive, sequence_logprob
-from engine.tokenizer import train_tokenizer
+from engine.local.sampler import SamplerConfig, run_autoregressive, sequence_logprob
+from engine.models.directory import load_model
+from engine.models.embedded import DiffusionCoder, ModelConfig
+from engine.models.tokenizer import train_tokenizer
 from engine.training.loop import (
     Example,
     TrainConfig,
@@ -278,7 +278,7 @@ def test_min_tokens_bars_an_early_end_in_the_autoregressive_mode() -> None:
 
 def test_infill_in_the_autoregressive_mode(both) -> None:  # type: ignore[no-untyped-def]
     from engine.fill import FillOptions, InfillRequest
-    from engine.infill import local_engine
+    from engine.local.generator import local_engine
 
     onnx_m, _ = both
     cfg = SamplerConfig(strategy="autoregressive", max_steps=8)
@@ -291,7 +291,7 @@ def test_infill_in_the_autoregressive_mode(both) -> None:  # type: ignore[no-unt
 
 def test_alternatives_are_ranked_by_likelihood(both) -> None:  # type: ignore[no-untyped-def]
     from engine.fill import FillOptions, InfillRequest
-    from engine.infill import local_engine
+    from engine.local.generator import local_engine
 
     engine = local_engine(both[0], FillOptions(canvas_tokens=8))
     many = engine.fill(InfillRequest(prefix="def f(x):\n    return x", suffix="\n", candidates=8))
@@ -309,7 +309,7 @@ def test_a_model_trained_without_the_next_token_loss_has_no_autoregressive_mode(
     import shutil
 
     from engine.fill import FillOptions, InfillRequest
-    from engine.infill import local_engine
+    from engine.local.generator import local_engine
 
     plain = tmp_path / "plain"
     shutil.copytree(tiny_model_dir, plain)
@@ -347,7 +347,7 @@ def test_a_row_ends_after_a_stop_token_in_the_autoregressive_mode() -> None:
 
 
 def test_one_line_spans_stop_the_autoregressive_mode_at_a_line_break(both, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import engine.infill as infill
+    import engine.local.generator as infill
     from engine.fill import FillOptions, InfillRequest
 
     seen: list[frozenset[int]] = []

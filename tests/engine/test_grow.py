@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.model import DiffusionCoder, ModelConfig
-from engine.tokenizer import train_tokenizer
+from engine.models.embedded import DiffusionCoder, ModelConfig
+from engine.models.tokenizer import train_tokenizer
 from engine.training.grow import grow_model, grow_state, insertion_sources
 from engine.training.loop import TrainConfig, load_state, save_state, train, warm_start_step
 from engine.training.pipeline import run_training

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from engine.candidate import Shown
 from engine.fill import Engine, FillControl, FillOptions, InfillRequest
-from engine.infill import LocalGenerator, local_engine, trim_prefix, trim_suffix
-from engine.modeldir import load_model
+from engine.local.generator import LocalGenerator, local_engine, trim_prefix, trim_suffix
+from engine.models.directory import load_model
 
 from ..conftest import FIXTURE_CODE
 
@@ -214,8 +214,8 @@ def test_a_context_budget_of_zero_is_raised_with_a_warning(engine: Engine) -> No
 def test_refine_keeps_the_tokens_the_model_finds_likely(shipped: Engine) -> None:
     import numpy as np
 
-    from engine.infill import REFINE_KEEP
-    from engine.sampler import log_softmax
+    from engine.local.generator import REFINE_KEEP
+    from engine.local.sampler import log_softmax
 
     a = SOURCE.index("return sum(")
     b = SOURCE.index("\n", a)
@@ -239,7 +239,7 @@ def test_refine_keeps_the_tokens_the_model_finds_likely(shipped: Engine) -> None
 
 
 def test_a_blank_line_asks_for_a_line() -> None:
-    from engine.infill import on_blank_line
+    from engine.local.generator import on_blank_line
 
     assert on_blank_line("def f():\n    ", "\n    return 1\n")
     assert on_blank_line("x = 1\n", "")
@@ -329,7 +329,7 @@ def test_the_length_head_sizes_the_canvas_within_the_budget(engine: Engine) -> N
     gen = local(engine)
     state = gen.den.encode(gen.build_context(engine.options, body, [], 128)[0])
     logits = gen.den.length_logits(state)  # type: ignore[attr-defined]
-    from engine.length import fitted_length
+    from engine.local.length import fitted_length
 
     assert fitted.canvas_tokens == 128  # the budget is the span's ...
     assert fitted.fitted_tokens == fitted_length(logits, 128)  # ... the canvas the head's
@@ -344,8 +344,8 @@ def test_several_canvas_lengths_are_filled_at_once_and_ranked_by_the_one_token_m
     """`length_quantiles`: one greedy canvas per fitted length in one batch (a shorter
     row's fill ends within its length), the answers ordered by the one-token mode's
     likelihood per token; one quantile is the single fitted canvas, as before."""
-    from engine.length import fitted_length
-    from engine.sampler import sequence_logprob
+    from engine.local.length import fitted_length
+    from engine.local.sampler import sequence_logprob
 
     gen = local(engine)
     body = InfillRequest(prefix=BODY_PREFIX, suffix=BODY_SUFFIX, language="python", check_syntax=False)

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine.cli import main
-from engine.modeldir import load_model
+from engine.commands.cli import main
+from engine.models.directory import load_model
 
 from ..conftest import FIXTURE_CODE
 
@@ -150,7 +150,7 @@ def test_accelerator_settings_are_ignored_on_cpu() -> None:
     without them (same seed, same losses), and an unknown device is refused."""
     import torch
 
-    from engine.tokenizer import train_tokenizer
+    from engine.models.tokenizer import train_tokenizer
     from engine.training.loop import TrainConfig, train
 
     texts = [p.read_text(encoding="utf-8") for p in sorted(FIXTURE_CODE.glob("*.py"))]

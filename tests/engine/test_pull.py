@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
 
-from engine.cli import main
+from engine.commands.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO = "test-org/tiny-dream"
@@ -487,7 +487,7 @@ def test_too_little_disk_space_is_said_before_the_weights(
 ) -> None:
     from types import SimpleNamespace
 
-    from engine import pull
+    from engine.commands import pull
 
     monkeypatch.setattr(pull.shutil, "disk_usage", lambda path: SimpleNamespace(total=10**12, used=10**12, free=999))
     code, _, err = run(capsys, REPO, "--dir", str(models))
@@ -499,7 +499,7 @@ def test_a_full_disk_and_other_errors_are_explained() -> None:
     pytest.importorskip("huggingface_hub")
     import errno
 
-    from engine.pull import explain
+    from engine.commands.pull import explain
 
     full = OSError(errno.ENOSPC, "No space left on device", "/m/model.safetensors")
     assert (
@@ -594,7 +594,9 @@ def child_env(hub: FakeHub, tmp_path: Path) -> dict[str, str]:
     return {**env, "HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_DISABLE_TELEMETRY": "1"}
 
 
-IMPORT_PROBE = "import json, sys, engine.cli; engine.cli.build_parser(); print(json.dumps(sorted(sys.modules)))"
+IMPORT_PROBE = (
+    "import json, sys, engine.commands.cli; engine.commands.cli.build_parser(); print(json.dumps(sorted(sys.modules)))"
+)
 
 
 def test_importing_the_cli_contacts_no_hub(hub: FakeHub, tmp_path: Path) -> None:
@@ -607,14 +609,14 @@ def test_importing_the_cli_contacts_no_hub(hub: FakeHub, tmp_path: Path) -> None
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "engine.pull" not in json.loads(proc.stdout)
+    assert "engine.commands.pull" not in json.loads(proc.stdout)
     assert hub.requests == []
 
 
 def test_a_fresh_process_pulls_from_hf_endpoint(hub: FakeHub, tmp_path: Path) -> None:
     models = tmp_path / "models"
     proc = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "pull", REPO, "--dir", str(models)],
+        [sys.executable, "-m", "engine.commands.cli", "pull", REPO, "--dir", str(models)],
         cwd=ROOT, env=child_env(hub, tmp_path), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -628,7 +630,7 @@ def test_ctrl_c_stops_a_pull_at_once(hub: FakeHub, tmp_path: Path) -> None:
     hub.on_weights = asked.set
     hub.fail[WEIGHTS] = "stall"  # the weights start, then hang until the test ends
     proc = subprocess.Popen(
-        [sys.executable, "-m", "engine.cli", "pull", REPO, "--dir", str(models)],
+        [sys.executable, "-m", "engine.commands.cli", "pull", REPO, "--dir", str(models)],
         cwd=ROOT, env=child_env(hub, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -663,7 +665,7 @@ def test_ctrl_c_stops_a_pull_at_once(hub: FakeHub, tmp_path: Path) -> None:
     ],
 )  # fmt: skip
 def test_which_files_are_pulled(name: str, wanted: bool) -> None:
-    from engine.pull import is_wanted
+    from engine.commands.pull import is_wanted
 
     assert is_wanted(name) is wanted
 
@@ -674,7 +676,7 @@ def test_which_files_are_pulled(name: str, wanted: bool) -> None:
      (1_234_567, "1.2 MB"), (15_200_000_000, "15.2 GB"), (3 * 10**12, "3.0 TB")],
 )  # fmt: skip
 def test_sizes_read_as_the_hub_shows_them(n: int, text: str) -> None:
-    from engine.pull import human_size
+    from engine.commands.pull import human_size
 
     assert human_size(n) == text
 
@@ -692,7 +694,7 @@ def test_sizes_read_as_the_hub_shows_them(n: int, text: str) -> None:
     ],
 )  # fmt: skip
 def test_which_checkpoints_are_supported(config: dict[str, Any] | None, force: bool, said: str) -> None:
-    from engine.pull import PullError, family
+    from engine.commands.pull import PullError, family
 
     try:
         text = family(config, REPO, force)
@@ -703,7 +705,7 @@ def test_which_checkpoints_are_supported(config: dict[str, Any] | None, force: b
 
 
 def test_where_checkpoints_go(tmp_path: Path) -> None:
-    from engine.pull import checkpoint_dir, models_folder
+    from engine.commands.pull import checkpoint_dir, models_folder
 
     home = Path.home()
     assert models_folder(tmp_path, {"DIFFUSION_LSP_MODELS": "/elsewhere"}) == tmp_path

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from engine.fill import Engine, FillControl, InfillRequest
-from engine.remote import CHAT_SLACK_TOKENS, RemoteConfig, RemoteGenerator, remote_engine
+from engine.remote.generator import CHAT_SLACK_TOKENS, RemoteConfig, RemoteGenerator, remote_engine
 from tests.real_engine import RunningEngine, llama_server, write_gguf
 
 pytest.importorskip("xllamacpp")

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from engine import fill
-from engine.chat import HOLE
 from engine.fill import FillControl, InfillRequest
-from engine.remote import RemoteConfig, RemoteError, RemoteGenerator, remote_engine
+from engine.remote.chat import HOLE
+from engine.remote.generator import RemoteConfig, RemoteError, RemoteGenerator, remote_engine
 from tests.fake_engine import Engine, chat, json_reply, serve, sse, vllm
 
 PREFIX = "def total(items):\n    count = 0\n    for item in items:\n        count += item\n    return "

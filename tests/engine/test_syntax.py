@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from engine.candidate import Candidate
 from engine.fill import Engine, InfillRequest
-from engine.infill import LocalGenerator, local_engine
-from engine.modeldir import load_model
+from engine.local.generator import LocalGenerator, local_engine
+from engine.models.directory import load_model
 from engine.syntax import check_candidates
 
 from ..conftest import FIXTURE_CODE

@@ -65,7 +65,7 @@ if str(ROOT) not in sys.path:  # run as a script: sys.path[0] is tests/lsp
 from engine.denoisers.base import DenoiserInfo, EncodedContext, RandomSource, host_array  # noqa: E402
 from engine.denoisers.onnx import NumpyRandomSource  # noqa: E402
 from engine.errors import ModelLoadError  # noqa: E402
-from engine.modeldir import (  # noqa: E402
+from engine.models.directory import (  # noqa: E402
     BACKENDS,
     DEFAULT_MODEL_DIR,
     TOKENIZER_FILE,
@@ -73,7 +73,7 @@ from engine.modeldir import (  # noqa: E402
     denoiser_info,
     read_config,
 )
-from engine.tokenizer import Tokenizer  # noqa: E402
+from engine.models.tokenizer import Tokenizer  # noqa: E402
 
 PEAK = 30.0  # logit of the scripted token; every other token has 0: p(scripted) ~ 1 - V e^-30
 # Infill and sampler defaults of the scripted model: pinned here, not read from the
@@ -197,7 +197,7 @@ class ScriptedDenoiser:
 
 
 def scripted_loader(script: Script) -> Any:
-    """A stand-in for engine.modeldir.load_model: the directory's config.json and
+    """A stand-in for engine.models.directory.load_model: the directory's config.json and
     tokenizer.json, read and checked as the real loader does, with a ScriptedDenoiser."""
 
     def load_model(

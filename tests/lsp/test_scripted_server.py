@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from engine.fill import Engine, InfillRequest
-from engine.infill import local_engine
-from engine.modeldir import DEFAULT_MODEL_DIR, read_config
+from engine.local.generator import local_engine
+from engine.models.directory import DEFAULT_MODEL_DIR, read_config
 from lsp_server.client import StdioClient
 from tests.lsp.scripted_server import Script, scripted_loader
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.chat import HOLE, extract_fill, messages
+from engine.remote.chat import HOLE, extract_fill, messages
 
 PREFIX = "def total(items):\n    count = 0\n    for item in items:\n        count += item\n    return "
 SUFFIX = "\n\n\nprint(total([1, 2]))\n"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine import drafter
-from engine.cache import ContextCache
 from engine.denoisers.base import EncodedContext
+from engine.local import drafter
+from engine.local.cache import ContextCache
 
 
 def test_drafter_copies_what_followed_the_longest_match() -> None:

@@ -32,7 +32,7 @@ def test_the_server_imports_no_torch_training_or_evaluation() -> None:
     )
     assert out.returncode == 0, out.stderr
     modules = json.loads(out.stdout.strip().splitlines()[-1])
-    assert "engine.infill" in modules and "onnxruntime" in modules  # the probe did load and fill
+    assert "engine.local.generator" in modules and "onnxruntime" in modules  # the probe did load and fill
     forbidden = [
         m
         for m in modules

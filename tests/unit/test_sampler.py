@@ -12,7 +12,7 @@ import pytest
 
 from engine.denoisers.base import DenoiserInfo, EncodedContext
 from engine.denoisers.onnx import NumpyRandomSource
-from engine.sampler import (
+from engine.local.sampler import (
     SamplerConfig,
     StepView,
     initial_canvas,
@@ -380,7 +380,7 @@ def test_scores_at_the_open_positions_match_the_whole_canvas(lib: str) -> None:
     """The absorbing loop scores only the open positions of unfinished rows; there it
     gives what scoring the whole canvas gives (temperature per row, suppressed tokens
     and min_tokens included), and elsewhere the canvas's own token with entropy 0."""
-    from engine.sampler import _barred, _scores, _scores_at
+    from engine.local.sampler import _barred, _scores, _scores_at
 
     den = FakeDenoiser(TARGET, [3.0, 1.0, 0.5, 2.0, 4.0, 0.2, 6.0, 6.0], lib)
     b, c = 3, len(TARGET)

@@ -1,4 +1,4 @@
-"""Verified decoding (engine/verify.py) against a fake model with known logits in both modes."""
+"""Verified decoding (engine/local/verify.py) against a fake model with known logits in both modes."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 
 from engine.denoisers.base import DenoiserInfo, EncodedContext
 from engine.denoisers.onnx import NumpyRandomSource
-from engine.sampler import SamplerConfig, run_autoregressive
-from engine.verify import VerifyStats, run_verified
+from engine.local.sampler import SamplerConfig, run_autoregressive
+from engine.local.verify import VerifyStats, run_verified
 
 V = 16
 PAD, EOF, MASK, MID = 0, 1, 15, 14

@@ -27,7 +27,7 @@ from typing import Any
 
 from engine.denoisers.base import Denoiser, DenoiserInfo
 from engine.errors import ModelLoadError
-from engine.tokenizer import Tokenizer
+from engine.models.tokenizer import Tokenizer
 
 FORMAT_VERSION = 1
 MODEL_TYPE = "diffusion_coder"
@@ -46,7 +46,7 @@ BACKENDS: tuple[str, ...] = ("auto", "onnx", "torch", "diffusion_gemma", "dream"
 QUANTIZATIONS = ("none", "int8", "4bit")  # DiffusionGemma weights (engine/denoisers/dg_quant.py)
 
 # The shipped default model lives inside the package.
-DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "weights"
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[1] / "weights"
 
 
 @dataclass
@@ -226,7 +226,7 @@ def _load_torch(path: Path, arch: dict[str, Any], info: DenoiserInfo, device: st
     except ImportError as exc:
         raise ModelLoadError("the torch backend needs torch: pip install 'diffusion-lsp[torch]'") from exc
     from engine.denoisers.torch import TorchDenoiser
-    from engine.model import DiffusionCoder, ModelConfig
+    from engine.models.embedded import DiffusionCoder, ModelConfig
 
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ModelLoadError(f"device {device} requested, but torch sees no CUDA device")

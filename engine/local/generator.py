@@ -9,10 +9,10 @@ The steps of `LocalGenerator.generate`, once engine.fill has planned the span an
   3. encode it, reusing the cached state with the longest common token prefix;
   4. build the canvas: a warm start from the rest of `previous` (the fill shown last
      there) when the user typed its start, else drafter proposals, else empty; sized
-     by the model's length head within the budget when it has one (engine.length);
+     by the model's length head within the budget when it has one (engine.local.length);
   5. run the sampler over B candidate canvases in one batch (the canvas loop), one
      token at a time (the autoregressive mode), or drafts verified by that mode
-     (engine.verify);
+     (engine.local.verify);
   6. cut each candidate at end-of-fill, decode it, and rank alternatives by likelihood
      (or mean confidence). engine.fill then dedupes, fits and checks them.
 """
@@ -27,14 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from engine import drafter
-from engine.cache import DEFAULT_MAX_BYTES, ContextCache
 from engine.candidate import Candidate
 from engine.denoisers.base import LengthPredictor
 from engine.fill import Engine, FillControl, FillLimits, FillOptions, InfillRequest, InfillResult, Job, distinct
-from engine.length import DEFAULT_QUANTILE, DEFAULT_SLACK, fitted_length
-from engine.modeldir import LoadedModel
-from engine.sampler import (
+from engine.local import drafter
+from engine.local.cache import DEFAULT_MAX_BYTES, ContextCache
+from engine.local.length import DEFAULT_QUANTILE, DEFAULT_SLACK, fitted_length
+from engine.local.sampler import (
     ONE_TOKEN_STRATEGIES,
     SamplerConfig,
     SampleResult,
@@ -46,8 +45,9 @@ from engine.sampler import (
     sequence_logprob,
     to_numpy,
 )
+from engine.local.verify import VerifyStats, run_verified
+from engine.models.directory import LoadedModel
 from engine.spans.lines import line_end, line_start
-from engine.verify import VerifyStats, run_verified
 
 log = logging.getLogger(__name__)
 

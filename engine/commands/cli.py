@@ -7,8 +7,8 @@ nothing of training or evaluation (tests/engine/test_cli.py checks):
     bench, eval          engine/evaluation/cli.py
     train, export-onnx   engine/training/cli.py (they need torch)
     adapt                engine/training/adapt.py (torch, transformers)
-    pull                 engine/pull.py (huggingface_hub; the only command that downloads)
-    convert-gguf         engine/gguf_convert.py (torch, transformers, gguf)
+    pull                 engine/commands/pull.py (huggingface_hub; the only command that downloads)
+    convert-gguf         engine/commands/convert.py (torch, transformers, gguf)
 
 Errors a user can cause (missing files, a bad model directory, bad input) print one line
 on stderr and exit with status 2; never a traceback (`-v` shows one for internal errors).
@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 from engine.errors import EngineError, InputError
-from engine.modeldir import BACKENDS, DEFAULT_MODEL_DIR, QUANTIZATIONS, load_model
-from engine.sampler import STRATEGIES, SamplerConfig
+from engine.local.sampler import STRATEGIES, SamplerConfig
+from engine.models.directory import BACKENDS, DEFAULT_MODEL_DIR, QUANTIZATIONS, load_model
 from engine.spans import language_for
 
 log = logging.getLogger("diffusion_infill")
@@ -99,7 +99,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
 
 def engine_from_args(args: argparse.Namespace) -> Any:
     """The engine on the model, backend and device the arguments name, with their options."""
-    from engine.infill import local_engine
+    from engine.local.generator import local_engine
 
     model = load_model(args.model, backend=args.backend, device=args.device, quantization=args.quantization)
     return local_engine(model, options_from_args(args))
@@ -442,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument(
         "--force", action="store_true", help="pull a checkpoint whose model_type diffusion-lsp does not load"
     )
-    pl.set_defaults(func=_lazy("engine.pull", "cmd_pull"))
+    pl.set_defaults(func=_lazy("engine.commands.pull", "cmd_pull"))
 
     cg = sub.add_parser(
         "convert-gguf",
@@ -454,7 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
     cg.add_argument("gguf", metavar="GGUF", type=Path, help="the .gguf file")
     cg.add_argument("--out", type=Path, required=True, help="checkpoint directory to write")
     cg.add_argument("--sha256", help="refuse the file unless its sha256 is this")
-    cg.set_defaults(func=_lazy("engine.gguf_convert", "cmd_convert_gguf"))
+    cg.set_defaults(func=_lazy("engine.commands.convert", "cmd_convert_gguf"))
     return p
 
 

@@ -1,7 +1,7 @@
 """Sampling: encoded context in, fill tokens out; knows no model, only the Denoiser protocol.
 
 Two loops, chosen by the sampler's strategy (a model directory's config.json sets it in
-`defaults`; engine/infill.py's `_sample` picks the loop):
+`defaults`; engine/local/generator.py's `_sample` picks the loop):
 
 - `run_autoregressive`, the default today: the shipped model decodes one token at a time
   (strategy "autoregressive"), through the causal context encoder of the same weights
@@ -70,7 +70,7 @@ STRATEGIES: tuple[Strategy, ...] = (
     "autoregressive",
     "verified",
 )
-# strategies that decode outside the canvas loop (engine/verify.py, run_autoregressive)
+# strategies that decode outside the canvas loop (engine/local/verify.py, run_autoregressive)
 ONE_TOKEN_STRATEGIES: tuple[Strategy, ...] = ("autoregressive", "verified")
 StopReason = Literal["complete", "stable", "max_steps", "deadline", "cancelled"]
 
@@ -98,7 +98,7 @@ class SamplerConfig:
     end_confidence: float = 0.9  # absorbing: lock padding at the leftmost position this sure of it
     min_tokens: int = 0  # the fill has at least this many tokens (end-of-fill and padding barred before)
     seed: int | None = None
-    # "verified" (engine/verify.py): the canvas drafts with this strategy in this many
+    # "verified" (engine/local/verify.py): the canvas drafts with this strategy in this many
     # passes, the one-token mode keeps what it agrees with
     draft_strategy: Strategy = "entropy_bound"
     draft_steps: int = 1
@@ -433,7 +433,7 @@ def run(
     cancel: checked between steps; True stops the loop.
     """
     if cfg.strategy in ONE_TOKEN_STRATEGIES:
-        loop = "run_autoregressive" if cfg.strategy == "autoregressive" else "engine.verify.run_verified"
+        loop = "run_autoregressive" if cfg.strategy == "autoregressive" else "engine.local.verify.run_verified"
         raise ValueError(f"the {cfg.strategy} strategy decodes through {loop}, not a canvas")
     xp = array_api_compat.array_namespace(canvas)
     dev = array_api_compat.device(canvas)
@@ -676,7 +676,7 @@ class _Uniform(_Regime):
 
 class OneToken:
     """The one-token mode's choice at one position, for `run_autoregressive` and verified
-    decoding (engine/verify.py) alike: suppressed tokens and the mask barred, end-of-fill
+    decoding (engine/local/verify.py) alike: suppressed tokens and the mask barred, end-of-fill
     and padding barred before `min_tokens`, the logits divided by `temp`; the argmax when
     `greedy`, else a draw from the tempered softmax."""
 

@@ -16,7 +16,7 @@ Dialects (docs/remote.md says what each sends):
   `input_extra`, `n_predict`, `t_max_predict_ms`, `cache_prompt`);
 - "chat": OpenAI `/v1/chat/completions` (hosted endpoints, vLLM's and llama.cpp's chat
   routes, Ollama): the fill asked for in words with a hole marker, the answer taken apart
-  (engine.chat) before the span check.
+  (engine.remote.chat) before the span check.
 
 The wire: one kept-alive connection (no new TLS handshake for a warm fill); every reply is
 streamed (SSE), drafts or not. Newest request wins on the wire too: a watcher shuts the
@@ -46,12 +46,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from engine import chat
 from engine.candidate import Candidate
 from engine.errors import EngineError
 from engine.fill import Engine, FillControl, FillLimits, FillOptions, InfillResult, Job
-from engine.infill import CANDIDATE_TEMPERATURE
-from engine.tokenizer import Tokenizer
+from engine.local.generator import CANDIDATE_TEMPERATURE
+from engine.models.tokenizer import Tokenizer
+from engine.remote import chat
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ DEFAULT_PATHS: dict[str, str] = {
     "chat": "/v1/chat/completions",
 }
 CHAT_SLACK_TOKENS = 16  # a chat answer's code fence and language tag, on top of the fill's budget
-# DiffusionGemma's infill tokens (engine.modeldir.DG_SPECIAL_TOKENS), in the order infill puts them
+# DiffusionGemma's infill tokens (engine.models.directory.DG_SPECIAL_TOKENS), in the order infill puts them
 FIM_TOKENS = ("<|fim_suffix|>", "<|fim_prefix|>", "<|fim_middle|>")
 DEFAULT_BUDGET = 64  # max_tokens without a span (no language)
 CONTEXT_CHARS = 12_000  # characters of context sent (the engine's tokenizer is not here)

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from engine.denoisers.base import EncodedContext, RandomSource
-from engine.sampler import (
+from engine.local.sampler import (
     OneToken,
     SamplerConfig,
     SampleResult,

@@ -1,0 +1,1 @@
+"""The command line (diffusion-infill) and the commands that fetch and convert weights."""

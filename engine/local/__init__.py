@@ -1,0 +1,1 @@
+"""The local generator: raw candidates from a Denoiser, and the decoding loops it runs."""

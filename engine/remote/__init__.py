@@ -1,0 +1,1 @@
+"""The remote generator: whole fills from an inference server, one object per dialect."""
