@@ -16,9 +16,9 @@ import sysconfig
 from dataclasses import replace
 from pathlib import Path
 
+from engine.decoding import SamplerConfig
 from engine.evaluation.heldout import evaluate_dir
 from engine.local.generator import LocalGenerator, local_engine
-from engine.local.sampler import SamplerConfig
 from engine.models.directory import DEFAULT_MODEL_DIR, load_model
 
 SETTINGS: dict[str, dict[str, object]] = {

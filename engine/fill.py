@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from engine.candidate import Candidate, Shown
-from engine.local.sampler import SamplerConfig
+from engine.decoding import SamplerConfig
 from engine.models.tokenizer import Tokenizer
 from engine.spans import language_for
 from engine.spans.document import valid_unicode

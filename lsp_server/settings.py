@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from engine.local.sampler import STRATEGIES
+from engine.decoding import STRATEGIES
 from engine.models.directory import BACKENDS, QUANTIZATIONS
 from engine.remote.generator import DIALECTS
 

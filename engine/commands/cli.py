@@ -27,8 +27,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
+from engine.decoding import STRATEGIES, SamplerConfig
 from engine.errors import EngineError, InputError
-from engine.local.sampler import STRATEGIES, SamplerConfig
 from engine.models.directory import BACKENDS, DEFAULT_MODEL_DIR, QUANTIZATIONS, load_model
 from engine.spans import language_for
 

@@ -39,11 +39,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from engine.decoding import SamplerConfig, Strategy
 from engine.errors import InputError
 from engine.evaluation import passk
 from engine.fill import Engine, InfillRequest
 from engine.local.generator import LocalGenerator
-from engine.local.sampler import SamplerConfig, Strategy
 from engine.spans import Document, count_errors, language_for
 from engine.spans.select import MULTI_LINE_BUDGET, PROSE_BUDGET, SINGLE_LINE_BUDGET
 from engine.training.tasks import TaskKind, cut

@@ -28,14 +28,13 @@ from typing import Any
 import numpy as np
 
 from engine.candidate import Candidate
+from engine.decoding import CANDIDATE_TEMPERATURE, ONE_TOKEN_STRATEGIES, SamplerConfig
 from engine.denoisers.base import LengthPredictor
 from engine.fill import Engine, FillControl, FillLimits, FillOptions, InfillRequest, InfillResult, Job, distinct
 from engine.local import drafter
 from engine.local.cache import DEFAULT_MAX_BYTES, ContextCache
 from engine.local.length import DEFAULT_QUANTILE, DEFAULT_SLACK, fitted_length
 from engine.local.sampler import (
-    ONE_TOKEN_STRATEGIES,
-    SamplerConfig,
     SampleResult,
     StepView,
     initial_canvas,
@@ -58,7 +57,6 @@ MIN_CONTEXT_TOKENS = 16
 SUFFIX_SHARE = 0.25  # of the context budget for code after the cursor, unless the prefix is short
 TRIM_QUANTUM_LINES = 16  # trims move in steps of this many lines (cache-friendly)
 MAX_CHARS_PER_TOKEN = 12  # text farther than budget * this from the cursor is never kept
-CANDIDATE_TEMPERATURE = 0.8  # for the extra, sampled candidates
 REFINE_KEEP = 0.3  # refine: tokens the model gives at least this probability are kept
 # transformers' DiffusionGemmaGenerationConfig defaults (_get_default_generation_params)
 UNIFORM_DEFAULTS: dict[str, Any] = {

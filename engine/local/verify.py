@@ -39,13 +39,12 @@ from typing import Any
 
 import numpy as np
 
+from engine.decoding import SamplerConfig, StopReason
 from engine.denoisers.base import EncodedContext, RandomSource
 from engine.local.sampler import (
     OneToken,
-    SamplerConfig,
     SampleResult,
     StepView,
-    StopReason,
     initial_canvas,
     row_settings,
     run,

@@ -47,9 +47,9 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from engine.candidate import Candidate
+from engine.decoding import CANDIDATE_TEMPERATURE
 from engine.errors import EngineError
 from engine.fill import Engine, FillControl, FillLimits, FillOptions, InfillResult, Job
-from engine.local.generator import CANDIDATE_TEMPERATURE
 from engine.models.tokenizer import Tokenizer
 from engine.remote import chat
 

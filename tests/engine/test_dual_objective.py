@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine.local.sampler import SamplerConfig, run_autoregressive, sequence_logprob
+from engine.decoding import SamplerConfig
+from engine.local.sampler import run_autoregressive, sequence_logprob
 from engine.models.directory import load_model
 from engine.models.embedded import DiffusionCoder, ModelConfig
 from engine.models.tokenizer import train_tokenizer

@@ -10,17 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from engine.decoding import SamplerConfig
 from engine.denoisers.base import DenoiserInfo, EncodedContext
 from engine.denoisers.onnx import NumpyRandomSource
-from engine.local.sampler import (
-    SamplerConfig,
-    StepView,
-    initial_canvas,
-    run,
-    run_autoregressive,
-    select_positions,
-    stop_requested,
-)
+from engine.local.sampler import StepView, initial_canvas, run, run_autoregressive, select_positions, stop_requested
 
 V = 16
 PAD, EOF, MASK = 0, 1, 15

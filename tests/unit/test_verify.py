@@ -10,9 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from engine.decoding import SamplerConfig
 from engine.denoisers.base import DenoiserInfo, EncodedContext
 from engine.denoisers.onnx import NumpyRandomSource
-from engine.local.sampler import SamplerConfig, run_autoregressive
+from engine.local.sampler import run_autoregressive
 from engine.local.verify import VerifyStats, run_verified
 
 V = 16
