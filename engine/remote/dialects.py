@@ -1,0 +1,226 @@
+"""What each inference server speaks: one small object per dialect, and the table of them.
+
+A dialect says how a fill is asked for (the request body and the default path), how its
+candidates are read back (a whole reply's JSON, and a streamed event's pieces), what it
+takes (`n` candidates, a `stop`, repository context) and how an answer becomes the fill
+(chat answers are taken apart). It holds no I/O: engine.remote.wire moves the bytes, and
+engine.remote.generator puts the two together. docs/remote.md says what each one sends.
+
+Adding a dialect is one class here and one row in `BY_NAME` (and its name in
+`DialectName`, the type checker's list, which an import-time check keeps equal to the
+table).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, get_args
+
+from engine.decoding import CANDIDATE_TEMPERATURE
+from engine.remote import chat
+from engine.remote.wire import BadReply
+
+DialectName = Literal["vllm", "openai-fim", "llama-infill", "chat"]
+CHAT_SLACK_TOKENS = 16  # a chat answer's code fence and language tag, on top of the fill's budget
+# DiffusionGemma's infill tokens (engine.models.directory.DG_SPECIAL_TOKENS), in the order infill puts them
+FIM_TOKENS = ("<|fim_suffix|>", "<|fim_prefix|>", "<|fim_middle|>")
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One fill as every dialect asks for it: the code around the cursor (already cut to
+    the context budget), the token budget, how many candidates, and what else is known."""
+
+    prefix: str
+    suffix: str
+    budget: int  # tokens the fill may take (the span's)
+    n: int = 1  # candidates
+    single_line: bool = False  # the span is (the rest of) one line
+    language: str | None = None
+    span: str | None = None  # the span's kind (engine.spans), for a dialect that says it in words
+    extra_files: list[tuple[str, str]] = field(default_factory=list)  # (name, text): repository context
+    deadline: float | None = None  # time.monotonic() by which the fill must be back
+    model: str | None = None  # the served model's name, sent as `model`
+    fim_tokens: tuple[str, str, str] = FIM_TOKENS  # suffix, prefix, middle: for a prompt rendered here
+
+    @property
+    def stop(self) -> list[str] | None:
+        """A one-line span ends at the line's end (unless the cursor is at a line start)."""
+        return ["\n"] if self.single_line and not self.prefix.endswith(("\n", "\r")) else None
+
+    @property
+    def temperature(self) -> float:
+        """Alternatives are sampled; a single fill is greedy."""
+        return CANDIDATE_TEMPERATURE if self.n > 1 else 0.0
+
+
+class Dialect:
+    """An OpenAI-style completions dialect; the others override what differs."""
+
+    path: ClassVar[str] = "/v1/completions"  # the request path when the settings name none
+    budget_field: ClassVar[str] = "max_tokens"
+    budget_slack: ClassVar[int] = 0  # tokens asked for on top of the span's budget
+    takes_n: ClassVar[bool] = True  # asks for several candidates with `n`
+    takes_stop: ClassVar[bool] = True  # sends `stop` for a one-line span
+    takes_extra_files: ClassVar[bool] = False  # sends other files as repository context
+    whole_when_all_stopped: ClassVar[bool] = False  # its stream sends no [DONE]
+
+    def prompt(self, ask: Ask) -> dict[str, Any]:
+        """The fields that carry the code around the cursor."""
+        raise NotImplementedError
+
+    def options(self, ask: Ask) -> dict[str, Any]:
+        """Fields of the dialect's own, after the shared ones."""
+        return {}
+
+    def body(self, ask: Ask) -> dict[str, Any]:
+        """The request's JSON body; every request streams (engine.remote.wire says why)."""
+        body = self.prompt(ask)
+        body[self.budget_field] = ask.budget + self.budget_slack
+        body.update(temperature=ask.temperature, stream=True)
+        if self.takes_n and ask.n > 1:
+            body["n"] = ask.n
+        body.update(self.options(ask))
+        if self.takes_stop and ask.stop:
+            body["stop"] = ask.stop
+        if ask.model:
+            body["model"] = ask.model
+        return body
+
+    def texts(self, reply: Any, n: int) -> list[str]:
+        """The candidates of a whole reply: its `choices`, placed by their `index`."""
+        choices = reply.get("choices") if isinstance(reply, dict) else None
+        return _choice_texts(choices, n, self.choice_text)
+
+    def choice_text(self, choice: Any) -> str | None:
+        """A whole reply's choice's text (None: it has none)."""
+        return choice["text"] if isinstance(choice, dict) and isinstance(choice.get("text"), str) else None
+
+    def delta_text(self, choice: dict[str, Any]) -> Any:
+        """A streamed choice's piece of text (None or "": none)."""
+        return choice.get("text")
+
+    def pieces(self, chunk: dict[str, Any]) -> Iterator[tuple[int, str, bool]]:
+        """(candidate, text, ended) of one streamed event: its choices, ended at their finish_reason."""
+        for k, c in enumerate(chunk.get("choices") or []):
+            if isinstance(c, dict):
+                i = c.get("index", k)
+                yield (
+                    (i if isinstance(i, int) else k),
+                    str(self.delta_text(c) or ""),
+                    c.get("finish_reason") is not None,
+                )
+
+    def answer(self, text: str, ask: Ask) -> str:
+        """The fill a candidate's text holds (a draft's too)."""
+        return text
+
+
+class Vllm(Dialect):
+    """vLLM serving DiffusionGemma: the prompt rendered as the local path renders it,
+    suffix first (vLLM refuses a `suffix` field for diffusion models)."""
+
+    def prompt(self, ask: Ask) -> dict[str, Any]:
+        suf, pre, mid = ask.fim_tokens
+        return {"prompt": f"{suf}{ask.suffix}{pre}{ask.prefix}{mid}"}
+
+
+class OpenAIFim(Dialect):
+    """OpenAI-style FIM: `prompt` and `suffix` (`/v1/completions`, or a hosted FIM path)."""
+
+    def prompt(self, ask: Ask) -> dict[str, Any]:
+        return {"prompt": ask.prefix, "suffix": ask.suffix}
+
+
+class LlamaInfill(Dialect):
+    """llama.cpp's `llama-server` `/infill`: its own fields, repository context, a time
+    limit; replies carry `content`, and its stream interleaves the `n` candidates by
+    `index`, each ended by its own `stop`, with no [DONE]."""
+
+    path = "/infill"
+    budget_field = "n_predict"
+    takes_extra_files = True
+    whole_when_all_stopped = True
+
+    def prompt(self, ask: Ask) -> dict[str, Any]:
+        return {
+            "input_prefix": ask.prefix,
+            "input_suffix": ask.suffix,
+            "input_extra": [{"filename": name, "text": text} for name, text in ask.extra_files],
+        }
+
+    def options(self, ask: Ask) -> dict[str, Any]:
+        options: dict[str, Any] = {"cache_prompt": True}
+        if ask.deadline is not None:
+            options["t_max_predict_ms"] = max(1, int((ask.deadline - time.monotonic()) * 1000))
+        return options
+
+    def texts(self, reply: Any, n: int) -> list[str]:
+        """One object, or a list of them (n > 1), with `content`."""
+        items = reply if isinstance(reply, list) else [reply]
+        if not items or not all(isinstance(r, dict) and isinstance(r.get("content"), str) for r in items):
+            raise BadReply("sent a reply without content")
+        return super().texts(
+            {"choices": [{"index": r.get("index", k), "text": r["content"]} for k, r in enumerate(items)]}, n
+        )
+
+    def pieces(self, chunk: dict[str, Any]) -> Iterator[tuple[int, str, bool]]:
+        i = chunk.get("index", 0)
+        yield (i if isinstance(i, int) else 0), str(chunk.get("content", "")), bool(chunk.get("stop", False))
+
+
+class Chat(Dialect):
+    """OpenAI-compatible `/v1/chat/completions`: the fill asked for in words with a hole
+    marker (engine.remote.chat), the answer's `message` / streamed `delta` content taken
+    apart to the code for the hole. No `stop`: a chat answer may open with a fence."""
+
+    path = "/v1/chat/completions"
+    budget_slack = CHAT_SLACK_TOKENS
+    takes_stop = False
+
+    def prompt(self, ask: Ask) -> dict[str, Any]:
+        return {"messages": chat.messages(ask.prefix, ask.suffix, ask.language, ask.span, ask.single_line)}
+
+    def choice_text(self, choice: Any) -> str | None:
+        """The message's `content` (None, as a model that says nothing sends it, is an empty answer)."""
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict):
+            return None
+        content = message.get("content")
+        return content if isinstance(content, str) else "" if content is None else None
+
+    def delta_text(self, choice: dict[str, Any]) -> Any:
+        """The message's piece: `delta.content`."""
+        delta = choice.get("delta")
+        return delta.get("content") if isinstance(delta, dict) else None
+
+    def answer(self, text: str, ask: Ask) -> str:
+        return chat.extract_fill(text, ask.prefix, ask.suffix)
+
+
+BY_NAME: dict[DialectName, Dialect] = {
+    "vllm": Vllm(),
+    "openai-fim": OpenAIFim(),
+    "llama-infill": LlamaInfill(),
+    "chat": Chat(),
+}
+DIALECTS: tuple[DialectName, ...] = tuple(BY_NAME)  # the names, in the order the settings list them
+assert set(get_args(DialectName)) == set(BY_NAME), "DialectName and BY_NAME name different dialects"
+
+
+def _choice_texts(choices: Any, n: int, text_of: Callable[[Any], str | None]) -> list[str]:
+    """The first `n` choices' texts, each at its `index` (its place in the list without one)."""
+    if not isinstance(choices, list):
+        raise BadReply("sent a reply without choices")
+    if not choices:
+        raise BadReply("sent no choices")
+    texts = [""] * len(choices)
+    for k, c in enumerate(choices):
+        text = text_of(c)
+        if text is None:
+            raise BadReply("sent a choice without text")
+        i = c.get("index", k)
+        texts[i if isinstance(i, int) and 0 <= i < len(texts) else k] = text
+    return texts[:n]
