@@ -456,7 +456,7 @@ def run_onnx(report: Report, budget: Budget, cuda: bool, repeats: int) -> dict[s
 
     from engine.fill import FillOptions, InfillRequest
     from engine.local.generator import local_engine
-    from engine.models.directory import load_model
+    from engine.models.loading import load_model
 
     source = (REPO / "fixtures" / "code" / "inventory.py").read_text()
     lines = source.splitlines(keepends=True)

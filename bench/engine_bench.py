@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 from engine.evaluation.benchmark import run_benchmark
-from engine.models.directory import DEFAULT_MODEL_DIR, load_model
+from engine.models.directory import DEFAULT_MODEL_DIR
+from engine.models.loading import load_model
 
 
 def main() -> int:

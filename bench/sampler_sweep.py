@@ -19,7 +19,8 @@ from pathlib import Path
 from engine.decoding import SamplerConfig
 from engine.evaluation.heldout import evaluate_dir
 from engine.local.generator import LocalGenerator, local_engine
-from engine.models.directory import DEFAULT_MODEL_DIR, load_model
+from engine.models.directory import DEFAULT_MODEL_DIR
+from engine.models.loading import load_model
 
 SETTINGS: dict[str, dict[str, object]] = {
     "left_to_right": {"strategy": "left_to_right"},

@@ -16,7 +16,7 @@ from engine.decoding import SamplerConfig
 from engine.errors import EngineError, InputError, ModelLoadError
 from engine.fill import Engine, FillControl, FillOptions, InfillRequest, InfillResult
 from engine.local.generator import LocalGenerator, local_engine
-from engine.models.directory import LoadedModel, load_model
+from engine.models.loading import LoadedModel, load_model
 
 __all__ = [
     "Candidate",

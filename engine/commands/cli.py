@@ -29,7 +29,9 @@ from typing import Any, BinaryIO, TextIO
 
 from engine.decoding import STRATEGIES, SamplerConfig
 from engine.errors import EngineError, InputError
-from engine.models.directory import BACKENDS, DEFAULT_MODEL_DIR, QUANTIZATIONS, load_model
+from engine.models.directory import DEFAULT_MODEL_DIR
+from engine.models.loading import load_model
+from engine.models.table import BACKENDS, QUANTIZATIONS
 from engine.spans import language_for
 
 log = logging.getLogger("diffusion_infill")

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import EngineError
-from engine.models.directory import AUTOREGRESSIVE_MODEL_TYPES, DG_MODEL_TYPE, DREAM_MODEL_TYPES
+from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES, DG_MODEL_TYPE, DREAM_MODEL_TYPES
 
 MODELS_ENV = "DIFFUSION_LSP_MODELS"  # the models folder, when --dir is not given
 CONFIG_FILE = "config.json"

@@ -1,7 +1,9 @@
 """The Denoiser protocol: the only thing that differs between model backends.
 
-A backend turns context tokens into a reusable state (`encode`) and predicts logits for
-a canvas against that state (`denoise`). Everything above it (sampler, drafter, infill)
+A backend lays out a `Prompt` (the token ids of the code before and after the fill, and of
+the fill accepted so far) in its own format (its `layout`, as transformers leaves the
+prompt format to each model's processor), turns it into a reusable state (`encode`) and
+predicts logits for a canvas against that state (`denoise`). Everything above it (sampler, drafter, infill)
 is shared by all backends. Arrays are the backend's native type: numpy for onnx, torch
 tensors (on the model's device) for torch and diffusion_gemma; code above the protocol
 is written against the array API (array-api-compat), never against one library.
@@ -10,7 +12,7 @@ is written against the array API (array-api-compat), never against one library.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -32,6 +34,67 @@ class DenoiserInfo:
     suppress_ids: tuple[int, ...] = ()  # never sampled (mask, context sentinels)
     autoregressive: bool = False  # the backend also decodes one token at a time (Autoregressive)
     length_classes: int = 0  # the backend predicts the fill's token count (LengthPredictor) in this many classes
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What the generator hands a backend to lay out: token ids, no markers. Each backend
+    puts them in the order its model was trained on (`PromptLayout`); nothing is parsed
+    back out of a laid-out sequence."""
+
+    prefix: tuple[int, ...] = ()  # the code before the fill, nearest the cursor last
+    suffix: tuple[int, ...] = ()  # the code after the fill
+    middle: tuple[int, ...] = ()  # the fill accepted so far (verified decoding's drafts continue it)
+    plain: bool = False  # a bare prompt: `prefix` (then `middle`) as it is, no fill-in-the-middle markers
+
+    def extended(self, ids: Sequence[int]) -> Prompt:
+        """The same prompt with `ids` accepted into the fill."""
+        return replace(self, middle=(*self.middle, *(int(t) for t in ids)))
+
+
+def as_prompt(context: Prompt | Sequence[int]) -> Prompt:
+    """A Prompt as it is; token ids as a plain prompt."""
+    return context if isinstance(context, Prompt) else Prompt(prefix=tuple(int(t) for t in context), plain=True)
+
+
+class PromptLayout(Protocol):
+    """A backend's prompt format: the token sequence its encoder runs for a prompt (what
+    a cached state covers, so what the context cache matches on)."""
+
+    @property
+    def overhead(self) -> int:
+        """Tokens it adds to the prompt's own (the context budget leaves room for them)."""
+        ...
+
+    def ids(self, prompt: Prompt) -> tuple[int, ...]: ...
+
+
+@dataclass(frozen=True)
+class SuffixFirst:
+    """`<suf> S <pre> P M <mid>` (suffix-prefix-middle): typing at the cursor only
+    appends to P, so a keystroke re-encodes the new tokens and `<mid>` alone. The shipped
+    model's training order; DiffusionGemma's with Gemma's markers. The fill accepted so
+    far (M) joins the prefix, before the middle marker, so the canvas still follows it."""
+
+    suffix: int
+    prefix: int
+    middle: int
+    overhead: int = field(default=3, init=False)
+
+    def ids(self, prompt: Prompt) -> tuple[int, ...]:
+        if prompt.plain:
+            return (*prompt.prefix, *prompt.middle)
+        return (self.suffix, *prompt.suffix, self.prefix, *prompt.prefix, *prompt.middle, self.middle)
+
+
+@dataclass(frozen=True)
+class Plain:
+    """A model without fill-in-the-middle markers: the prefix and the fill so far, no suffix."""
+
+    overhead: int = field(default=0, init=False)
+
+    def ids(self, prompt: Prompt) -> tuple[int, ...]:
+        return (*prompt.prefix, *prompt.middle)
 
 
 @dataclass
@@ -64,8 +127,15 @@ class Denoiser(Protocol):
 
     info: DenoiserInfo
 
-    def encode(self, context_ids: Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
-        """Encode `context_ids`, reusing the longest common token prefix of `state`.
+    @property
+    def layout(self) -> PromptLayout:
+        """The backend's prompt format."""
+        ...
+
+    def encode(self, prompt: Prompt | Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
+        """Encode the prompt laid out by `layout` (token ids: a plain prompt), reusing the
+        longest common token prefix of `state`; the result's `token_ids` are the laid-out
+        sequence.
 
         Never mutates `state`: a cached state may be shared by several requests.
         """
@@ -101,6 +171,11 @@ class Autoregressive(Protocol):
     def extend(self, state: EncodedContext, new_ids: Sequence[int]) -> tuple[EncodedContext, Any]:
         """The state with `new_ids` appended, and the next-token logits after each new
         token (T, V). Never mutates `state`."""
+        ...
+
+    def cut(self, state: EncodedContext, length: int) -> EncodedContext:
+        """The state's first `length` tokens (a prefix of its cache; tokens `extend`
+        appended are dropped). Never mutates `state`."""
         ...
 
 

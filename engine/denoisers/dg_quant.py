@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from engine.errors import ModelLoadError
-from engine.models.directory import QUANTIZATIONS
+from engine.models.table import DG_QUANTIZATIONS as QUANTIZATIONS
 
 Quantization = Literal["none", "int8", "4bit"]
 GROUP = 64  # 4bit: weights per scale

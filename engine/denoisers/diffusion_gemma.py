@@ -44,14 +44,16 @@ except ImportError as exc:
     ) from exc
 
 from engine.denoisers import dg_quant
-from engine.denoisers.base import DenoiserInfo, EncodedContext
+from engine.denoisers.base import DenoiserInfo, EncodedContext, Plain, Prompt, PromptLayout, as_prompt
 from engine.denoisers.dg_graph import StepGraph, graph_unavailable_reason
 from engine.denoisers.dg_static import StaticContext, static_step
 from engine.denoisers.hf_cache import cache_nbytes, can_crop, expand_cache, fork_cache
-from engine.denoisers.kv import common_prefix_len
+from engine.denoisers.kv import common_prefix_len, suffix_first
 from engine.denoisers.torch import OnModelDevice, TorchRandomSource
 from engine.errors import ModelLoadError
-from engine.models.directory import first_id
+from engine.models.directory import DG_SPECIAL_TOKENS, TOKENIZER_FILE, first_id, require
+from engine.models.loading import LoadedModel
+from engine.models.tokenizer import Tokenizer
 
 
 def _as_dtype(value: Any) -> torch.dtype:
@@ -102,8 +104,11 @@ class DiffusionGemmaDenoiser(OnModelDevice):
         cuda_graph: bool = False,
         graph_shapes: Sequence[tuple[int, int]] = (),
         experts: str | None = None,
+        layout: PromptLayout | None = None,
     ) -> None:
-        """static_cache: denoise against fixed-size context buffers of `max_prompt` tokens
+        """layout: the prompt format (default: plain, no markers; `load_dir` gives the
+            suffix-prefix-middle order with the tokenizer's fill-in-the-middle markers).
+        static_cache: denoise against fixed-size context buffers of `max_prompt` tokens
             (default min(DEFAULT_MAX_PROMPT, max_positions)); longer contexts fall back to
             the dynamic path.
         cuda_graph: capture the step for each (batch, canvas) in `graph_shapes` now; off
@@ -111,6 +116,7 @@ class DiffusionGemmaDenoiser(OnModelDevice):
         experts: transformers' experts implementation, one of EXPERTS_IMPLEMENTATIONS.
         """
         self.model = model
+        self.layout: PromptLayout = Plain() if layout is None else layout
         config = model.config
         text = config.get_text_config()
         gen = getattr(model, "generation_config", None)
@@ -167,20 +173,8 @@ class DiffusionGemmaDenoiser(OnModelDevice):
         options: passed to the constructor (static_cache, max_prompt, cuda_graph,
             graph_shapes, experts); graphs are captured here, at load.
         """
-        root = Path(path).expanduser()
-        if not root.is_dir():
-            raise ModelLoadError(f"DiffusionGemma model directory not found: {root}")
-        if not (root / "config.json").is_file():
-            raise ModelLoadError(f"no config.json in DiffusionGemma model directory {root}")
-        if not any((root / name).is_file() for name in _WEIGHT_FILES):
-            raise ModelLoadError(
-                f"no safetensors weights ({' or '.join(_WEIGHT_FILES)}) in DiffusionGemma model directory {root}"
-            )
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        on_cuda = str(device).startswith("cuda")
-        if on_cuda and not torch.cuda.is_available():
-            raise ModelLoadError(f"device {device!r} requested for {root}, but CUDA is not available")
+        root = _checkpoint_dir(path)
+        device = _resolve_device(device, root)
         if isinstance(dtype, str):
             resolved = getattr(torch, dtype, None)
             if not isinstance(resolved, torch.dtype):
@@ -190,47 +184,23 @@ class DiffusionGemmaDenoiser(OnModelDevice):
             raise ModelLoadError(
                 f"unknown quantization {quantization!r}; choose one of {', '.join(dg_quant.QUANTIZATIONS)}"
             )
+        on_cuda = device.startswith("cuda")
         torch_dtype: torch.dtype | str = dtype if dtype is not None else ("auto" if on_cuda else torch.float32)
-        try:
-            from transformers import AutoConfig
-
-            config = AutoConfig.from_pretrained(str(root), local_files_only=True)
-        except (OSError, ValueError, KeyError) as exc:
-            raise ModelLoadError(f"could not read the DiffusionGemma config in {root}: {exc}") from exc
-        stored = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or torch.bfloat16
-        compute = torch_dtype if isinstance(torch_dtype, torch.dtype) else _as_dtype(stored)
-        dg_quant.check_fits(config, quantization, compute, str(device), root)  # type: ignore[arg-type]
-        if quantization != "none":  # quantized on the host while loading: it holds the checkpoint once
-            dg_quant.check_fits(config, "none", compute, "cpu", root)
-        kwargs: dict[str, Any] = {
-            "local_files_only": True,
-            "trust_remote_code": False,
-            "use_safetensors": True,
-            "dtype": torch_dtype,
-        }
-        if on_cuda and quantization == "none":
-            kwargs["device_map"] = device
-        try:
-            model = DiffusionGemmaForBlockDiffusion.from_pretrained(str(root), **kwargs)
-            if quantization != "none":
-                dg_quant.quantize_model(model, quantization)  # type: ignore[arg-type]
-                model.to(str(device))  # type: ignore[arg-type]
-        except (OSError, ValueError, KeyError, RuntimeError) as exc:
-            raise ModelLoadError(f"could not load DiffusionGemma model from {root}: {exc}") from exc
+        model = _load_checked(root, device, torch_dtype, quantization)
         model.eval()
         return cls(model, **options)
 
     # ------------------------------------------------------------------ protocol
 
-    def encode(self, context_ids: Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
-        """Encode the context into a batch-1 encoder KV cache, reusing `state`'s common prefix.
+    def encode(self, prompt: Prompt | Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
+        """Encode the laid-out prompt into a batch-1 encoder KV cache, reusing `state`'s common prefix.
 
         Reuse: the new ids extend the state's ids -> fork its cache and encode the rest;
         they diverge (or are shorter) -> fork, crop to the common prefix and encode the
         rest, when every cache layer still holds all its tokens (sliding-window layers past
         their window do not); otherwise encode from scratch.
         """
-        ids = tuple(int(t) for t in context_ids)
+        ids = self.layout.ids(as_prompt(prompt))
         if not ids:
             raise ValueError("DiffusionGemma needs at least one context token (e.g. BOS) to denoise against")
         if len(ids) > self.info.max_positions:
@@ -350,3 +320,83 @@ class DiffusionGemmaDenoiser(OnModelDevice):
                 **{_CACHE_KW: cache},
                 position_ids=position_ids,
             )
+
+
+def _checkpoint_dir(path: str | os.PathLike[str]) -> Path:
+    """The checkpoint directory, with its config and safetensors weights present."""
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise ModelLoadError(f"DiffusionGemma model directory not found: {root}")
+    if not (root / "config.json").is_file():
+        raise ModelLoadError(f"no config.json in DiffusionGemma model directory {root}")
+    if not any((root / name).is_file() for name in _WEIGHT_FILES):
+        raise ModelLoadError(
+            f"no safetensors weights ({' or '.join(_WEIGHT_FILES)}) in DiffusionGemma model directory {root}"
+        )
+    return root
+
+
+def _resolve_device(device: str, root: Path) -> str:
+    """ "auto": cuda when available, else cpu; a cuda device must be there."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} requested for {root}, but CUDA is not available")
+    return str(device)
+
+
+def _load_checked(
+    root: Path, device: str, torch_dtype: torch.dtype | str, quantization: str
+) -> DiffusionGemmaForBlockDiffusion:
+    """The model, after checking that it fits the device at that quantization (and the
+    host, where it is quantized while loading)."""
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(str(root), local_files_only=True)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelLoadError(f"could not read the DiffusionGemma config in {root}: {exc}") from exc
+    stored = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or torch.bfloat16
+    compute = torch_dtype if isinstance(torch_dtype, torch.dtype) else _as_dtype(stored)
+    dg_quant.check_fits(config, quantization, compute, device, root)  # type: ignore[arg-type]
+    if quantization != "none":  # quantized on the host while loading: it holds the checkpoint once
+        dg_quant.check_fits(config, "none", compute, "cpu", root)
+    kwargs: dict[str, Any] = {
+        "local_files_only": True,
+        "trust_remote_code": False,
+        "use_safetensors": True,
+        "dtype": torch_dtype,
+    }
+    if device.startswith("cuda") and quantization == "none":
+        kwargs["device_map"] = device
+    try:
+        model = DiffusionGemmaForBlockDiffusion.from_pretrained(str(root), **kwargs)
+        if quantization != "none":
+            dg_quant.quantize_model(model, quantization)  # type: ignore[arg-type]
+            model.to(device)  # type: ignore[arg-type]
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise ModelLoadError(f"could not load DiffusionGemma model from {root}: {exc}") from exc
+    return model
+
+
+def load_dir(path: Path, cfg: dict[str, Any], *, device: str = "cpu", quantization: str = "none") -> LoadedModel:
+    """A DiffusionGemma checkpoint directory with its tokenizer (Gemma's fill-in-the-middle
+    markers, or config.json's diffusion_lsp.special_tokens), checked against each other."""
+    require(path, TOKENIZER_FILE)
+    own = cfg.get("diffusion_lsp", {})
+    tok = Tokenizer.from_file(path / TOKENIZER_FILE, dict(own.get("special_tokens", DG_SPECIAL_TOKENS)))
+    den = DiffusionGemmaDenoiser.from_dir(path, device=device, quantization=quantization, layout=suffix_first(tok))
+    if tok.vocab_size > den.info.vocab_size:
+        raise ModelLoadError(
+            f"{path}: tokenizer.json has {tok.vocab_size} tokens but the model only {den.info.vocab_size}: "
+            "the tokenizer does not belong to this checkpoint"
+        )
+    for name, want in (("eof", den.info.eof_id), ("pad", den.info.pad_id)):
+        got = getattr(tok.special, name)
+        if got != want:
+            raise ModelLoadError(
+                f"{path}: the tokenizer's {name} token is id {got} but the model's is {want}: "
+                "the tokenizer does not belong to this checkpoint (or set diffusion_lsp.special_tokens in config.json)"
+            )
+    defaults = {"regime": "uniform", **own.get("defaults", {})}
+    return LoadedModel(path=path, tokenizer=tok, denoiser=den, backend="diffusion_gemma", defaults=defaults)

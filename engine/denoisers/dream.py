@@ -11,16 +11,16 @@ checkpoint (an autoregressive model, e.g. one converted from GGUF by
 `diffusion-infill convert-gguf`), whose one-token mode is the model itself and whose
 canvas is untrained until `diffusion-infill adapt` trains it.
 
-Layouts. The engine hands every backend its context in suffix-prefix-middle order,
-`<suf> S <pre> P <mid> M` (M: tokens of the fill accepted so far, empty at first). This
-backend lays it out as the family was trained:
+Layouts. The engine hands every backend a `Prompt` (prefix P, suffix S, and M: the
+tokens of the fill accepted so far, empty at first); this backend's `DreamLayout` lays it
+out as the family was trained, and nothing is parsed back:
 - the canvas (bidirectional): `start P M [canvas] S eos`, in place, as Dream-Coder and
   DreamOn infill (they use no fill-in-the-middle tokens), where `start` is the
   tokenizer's `<|beginoftext|>` (else the config's BOS, else its end-of-text token), so
   that the first canvas position has a hidden state before it to be predicted from;
 - the one-token mode (causal): `<fim_prefix> P <fim_suffix> S <fim_middle> M`, the
   prefix-suffix-middle format of Qwen2.5-Coder's fill-in-the-middle training.
-A context without the three markers is a plain prompt: all of it is the prefix.
+A plain prompt (bare token ids) is all prefix, after `start`, in both.
 
 Context reuse. Under full attention every context token attends to the canvas, so no
 exact cache of the context survives a denoising step: `cache="exact"` (the default) runs
@@ -38,7 +38,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +49,15 @@ try:
 except ImportError as exc:
     raise ImportError("The dream backend needs torch and transformers: pip install 'diffusion-lsp[torch]'") from exc
 
-from engine.denoisers.base import DenoiserInfo, EncodedContext
+from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, as_prompt
 from engine.denoisers.hf_cache import cache_nbytes, can_crop, expand_cache, fork_cache
 from engine.denoisers.kv import common_prefix_len
 from engine.denoisers.torch import OnModelDevice
 from engine.errors import ModelLoadError
-from engine.models.directory import DREAM_MODEL_TYPES
+from engine.models.directory import CONFIG_FILE, DG_SPECIAL_TOKENS, TOKENIZER_FILE, first_id, first_known, require
+from engine.models.loading import LoadedModel
+from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES, DREAM_MODEL_TYPES
+from engine.models.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -121,29 +124,25 @@ class DreamPayload:
     next_logits: torch.Tensor | None  # (V,) after parts.causal
 
 
-def split_context(ids: Sequence[int], sp: Specials) -> tuple[list[int], list[int], list[int]] | None:
-    """(prefix, suffix, fill so far) of an engine context `<suf> S <pre> P <mid> M`;
-    None for a context without the three markers (a plain prompt)."""
-    seq = list(ids)
-    if not seq or seq[0] != sp.fim_suffix:
-        return None
-    try:
-        p = seq.index(sp.fim_prefix, 1)
-        m = seq.index(sp.fim_middle, p + 1)
-    except ValueError:
-        return None
-    return seq[p + 1 : m], seq[1:p], seq[m + 1 :]
+@dataclass(frozen=True)
+class DreamLayout:
+    """The family's two layouts of a prompt (see the module); `ids` is the one-token
+    mode's causal sequence, what a cached state covers."""
 
+    sp: Specials
+    overhead: int = field(default=3, init=False)  # the causal layout's three markers (the canvas adds two)
 
-def layout(ids: Sequence[int], sp: Specials) -> Parts:
-    """The engine's context in this family's two layouts (see the module)."""
-    split = split_context(ids, sp)
-    if split is None:  # a plain prompt: all prefix, in both modes
-        plain = (sp.start, *ids)
-        return Parts(before=plain, after=(), causal=plain)
-    prefix, suffix, middle = split
-    causal = (sp.fim_prefix, *prefix, sp.fim_suffix, *suffix, sp.fim_middle, *middle)
-    return Parts(before=(sp.start, *prefix, *middle), after=(*suffix, sp.eof), causal=causal)
+    def ids(self, prompt: Prompt) -> tuple[int, ...]:
+        return self.parts(prompt).causal
+
+    def parts(self, prompt: Prompt) -> Parts:
+        sp = self.sp
+        if prompt.plain:
+            plain = (sp.start, *prompt.prefix, *prompt.middle)
+            return Parts(before=plain, after=(), causal=plain)
+        p, s, m = prompt.prefix, prompt.suffix, prompt.middle
+        causal = (sp.fim_prefix, *p, sp.fim_suffix, *s, sp.fim_middle, *m)
+        return Parts(before=(sp.start, *p, *m), after=(*s, sp.eof), causal=causal)
 
 
 class DreamDenoiser(OnModelDevice):
@@ -164,6 +163,7 @@ class DreamDenoiser(OnModelDevice):
             raise ValueError(f"cache must be one of {', '.join(CACHE_MODES)}; got {cache!r}")
         self.model = model
         self.sp = specials
+        self.layout = DreamLayout(specials)
         self.cache_mode = cache
         cfg = model.config
         self.info = DenoiserInfo(
@@ -180,11 +180,10 @@ class DreamDenoiser(OnModelDevice):
 
     # ------------------------------------------------------------------ protocol
 
-    def encode(self, context_ids: Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
-        """Lay the context out; with the one-token mode, run its causal pass now (reusing
+    def encode(self, prompt: Prompt | Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
+        """Lay the prompt out; with the one-token mode, run its causal pass now (reusing
         the longest common prefix of `state`'s), so that the cached state's size is known."""
-        ids = tuple(int(t) for t in context_ids)
-        parts = layout(ids, self.sp)
+        parts = self.layout.parts(as_prompt(prompt))
         longest = max(len(parts.before) + len(parts.after), len(parts.causal))
         if longest >= self.info.max_positions:
             raise ValueError(f"context of {longest} tokens exceeds max_positions={self.info.max_positions}")
@@ -194,7 +193,7 @@ class DreamDenoiser(OnModelDevice):
             cache, logits = self._causal(parts.causal, old)
             next_logits = logits[-1]
         payload = DreamPayload(parts, cache, next_logits)
-        return EncodedContext(ids, payload, nbytes=cache_nbytes(cache) if cache is not None else 0)
+        return EncodedContext(parts.causal, payload, nbytes=cache_nbytes(cache) if cache is not None else 0)
 
     def denoise(self, state: EncodedContext, canvas_ids: Any, self_cond: Any | None = None) -> torch.Tensor:
         """One bidirectional pass: canvas (B, C) -> float32 logits (B, C, V), the canvas in
@@ -236,8 +235,25 @@ class DreamDenoiser(OnModelDevice):
         cache = fork_cache(pay.cache)
         logits = self._run_causal(cache, new, len(pay.parts.causal))
         parts = Parts(before=pay.parts.before + new, after=pay.parts.after, causal=pay.parts.causal + new)
-        out = EncodedContext((*state.token_ids, *new), DreamPayload(parts, cache, logits[-1]), cache_nbytes(cache))
+        out = EncodedContext(parts.causal, DreamPayload(parts, cache, logits[-1]), cache_nbytes(cache))
         return out, logits
+
+    def cut(self, state: EncodedContext, length: int) -> EncodedContext:
+        """`state` without the tokens `extend` appended after its first `length`: its
+        cache cropped (or the kept sequence run again where it cannot be), and the last
+        kept token run again for its next-token logits."""
+        pay = self._payload(state)
+        drop = len(pay.parts.causal) - length
+        if drop <= 0:
+            return state
+        if pay.cache is None:
+            raise NotImplementedError(
+                "this checkpoint's one-token mode is off (config.json diffusion_lsp.autoregressive)"
+            )
+        before = pay.parts.before
+        parts = Parts(before=before[: len(before) - drop], after=pay.parts.after, causal=pay.parts.causal[:length])
+        cache, logits = self._causal(parts.causal, pay)
+        return EncodedContext(parts.causal, DreamPayload(parts, cache, logits[-1]), cache_nbytes(cache))
 
     # ------------------------------------------------------------------ internals
 
@@ -383,3 +399,64 @@ def load_causal_model(
     model.eval()
     result: PreTrainedModel = model
     return result
+
+
+def load_dir(path: Path, cfg: dict[str, Any], *, device: str = "cpu", quantization: str = "none") -> LoadedModel:
+    """A Dream-family or plain Qwen2/Llama checkpoint directory. Special ids come from
+    config.json (eos, pad, bos, mask_token_id) and the tokenizer (the fill-in-the-middle
+    markers); config.json's optional "diffusion_lsp" section may set "special_tokens"
+    (names), "autoregressive", "cache" ("exact" or "dual") and "defaults"."""
+    require(path, TOKENIZER_FILE)
+    own = cfg.get("diffusion_lsp", {})
+    model_type = cfg["model_type"]
+    tok, specials, suppress = _tokens(path, cfg, own)
+    cache = own.get("cache", "exact")
+    if cache not in CACHE_MODES:
+        raise ModelLoadError(f"{path / CONFIG_FILE}: diffusion_lsp.cache must be one of {', '.join(CACHE_MODES)}")
+    autoregressive = bool(own.get("autoregressive", model_type in AUTOREGRESSIVE_MODEL_TYPES))
+    model = load_causal_model(path, cfg, device)
+    den = DreamDenoiser(model, specials, autoregressive=autoregressive, cache=cache, suppress_ids=suppress)
+    # an autoregressive checkpoint's canvas is untrained: it decodes one token at a time
+    defaults = {"strategy": "autoregressive"} if model_type in AUTOREGRESSIVE_MODEL_TYPES else {}
+    defaults.update(own.get("defaults", {}))
+    return LoadedModel(path=path, tokenizer=tok, denoiser=den, backend="dream", defaults=defaults)
+
+
+def _tokens(path: Path, cfg: dict[str, Any], own: dict[str, Any]) -> tuple[Tokenizer, Specials, list[int]]:
+    """(tokenizer, the layouts' special ids, ids never sampled) of a checkpoint."""
+    hf = Tokenizer.read(path / TOKENIZER_FILE)
+    vocab = int(cfg.get("vocab_size", 0))
+    eos = first_id(cfg.get("eos_token_id"))
+    if eos is None:
+        raise ModelLoadError(f"{path / CONFIG_FILE} defines no eos_token_id")
+    # DiffuCoder pads the canvas after the fill with its own token; the others with pad or eos
+    pad = first_known(hf.token_to_id("<|dlm_pad|>"), first_id(cfg.get("pad_token_id")), fallback=eos)
+    mask = first_id(cfg.get("mask_token_id"))
+    if mask is None:
+        mask = hf.token_to_id("<|mask|>")
+    if mask is None and vocab > hf.get_vocab_size():
+        mask = hf.get_vocab_size()  # an autoregressive checkpoint: its first unused row (adapt trains it)
+    if mask is None:
+        raise ModelLoadError(f"{path}: no mask token (config.json mask_token_id) and no unused row to use as one")
+    names = {
+        "pad": hf.id_to_token(pad) or "",
+        "eof": hf.id_to_token(eos) or "",
+        "mask": hf.id_to_token(mask) or "",
+        **{k: DG_SPECIAL_TOKENS[k] for k in ("suffix", "prefix", "middle")},
+        **own.get("special_tokens", {}),
+    }
+    tok = Tokenizer(hf, names)
+    if tok.vocab_size > vocab:
+        raise ModelLoadError(
+            f"{path}: tokenizer.json has {tok.vocab_size} tokens but the model only {vocab}: "
+            "the tokenizer does not belong to this checkpoint"
+        )
+    # Dream's evaluations and DreamOn put <|beginoftext|> first; Qwen2 configs name a bos
+    start = first_known(hf.token_to_id("<|beginoftext|>"), first_id(cfg.get("bos_token_id")), fallback=eos)
+    sp = tok.special
+    specials = Specials(
+        mask=mask, eof=sp.eof, pad=sp.pad, start=start, fim_prefix=sp.prefix, fim_suffix=sp.suffix, fim_middle=sp.middle
+    )
+    # never sampled: the tokenizer's special tokens (but the ends) and the rows it never produces
+    special = [i for i, t in hf.get_added_tokens_decoder().items() if t.special and i not in (sp.eof, sp.pad)]
+    return tok, specials, [*special, *range(tok.vocab_size, vocab)]

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
-from engine.denoisers.base import DenoiserInfo, EncodedContext
+from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, PromptLayout, SuffixFirst, as_prompt
+from engine.models.directory import TOKENIZER_FILE, check_embedded, check_tokenizer, languages, require
+from engine.models.loading import LoadedModel
+from engine.models.tokenizer import Tokenizer
 
 # New context tokens go through the encoder this many at a time. Causal attention over T
 # new tokens computes a (T, P + T) block of scores of which the kernel then masks half;
@@ -54,6 +58,7 @@ class KVDenoiser(ABC):
     autoregressive mode, the length head's logits there when it has one)."""
 
     info: DenoiserInfo
+    layout: PromptLayout
 
     @abstractmethod
     def _empty(self) -> tuple[Any, Any]: ...
@@ -76,8 +81,8 @@ class KVDenoiser(ABC):
         """The first `keep` positions of cached keys or values (stacked layout)."""
         return kv[:, :, :, :keep]
 
-    def encode(self, context_ids: Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
-        ids = tuple(int(i) for i in context_ids)
+    def encode(self, prompt: Prompt | Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
+        ids = self.layout.ids(as_prompt(prompt))
         ar, lengths = self.info.autoregressive, self.info.length_classes > 0
         next_logits = length = None
         if state is not None:
@@ -152,3 +157,61 @@ class KVDenoiser(ABC):
         ids = (*state.token_ids, *(int(i) for i in new_ids))
         payload = KVPayload(out.keys, out.values, out.logits[0, -1], None)  # the length head is the middle marker's
         return EncodedContext(ids, payload, nbytes=2 * self._nbytes(out.keys)), out.logits[0]
+
+    def cut(self, state: EncodedContext, length: int) -> EncodedContext:
+        """The state's first `length` tokens: a slice of its keys and values; the last
+        token's outputs are computed again when asked for (`_last_outputs`)."""
+        if length >= len(state.token_ids):
+            return state
+        pay: KVPayload = state.payload
+        keys, values = self._keep(pay.keys, length), self._keep(pay.values, length)
+        return EncodedContext(state.token_ids[:length], KVPayload(keys, values, None, None), 2 * self._nbytes(keys))
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def embedded_parts(path: Path, cfg: dict[str, Any]) -> tuple[Tokenizer, DenoiserInfo]:
+    """An embedded-architecture directory's tokenizer and model facts, checked against
+    each other (the onnx and torch backends load the same directory)."""
+    check_embedded(path, cfg)
+    require(path, TOKENIZER_FILE)
+    tok = Tokenizer.from_file(path / TOKENIZER_FILE)
+    check_tokenizer(path, cfg, tok)
+    return tok, denoiser_info(cfg)
+
+
+def suffix_first(tok: Tokenizer) -> SuffixFirst:
+    """The suffix-prefix-middle layout with the tokenizer's markers."""
+    sp = tok.special
+    return SuffixFirst(suffix=sp.suffix, prefix=sp.prefix, middle=sp.middle)
+
+
+def embedded_model(path: Path, cfg: dict[str, Any], tok: Tokenizer, den: Any, backend: str) -> LoadedModel:
+    """The loaded embedded model with its directory's defaults and languages."""
+    return LoadedModel(
+        path=path,
+        tokenizer=tok,
+        denoiser=den,
+        backend=backend,
+        defaults=dict(cfg.get("defaults", {})),
+        languages=languages(cfg, path),
+    )
+
+
+def denoiser_info(cfg: dict[str, Any]) -> DenoiserInfo:
+    """The model facts an embedded config.json gives."""
+    ids = cfg["special_ids"]
+    return DenoiserInfo(
+        vocab_size=int(cfg["architecture"]["vocab_size"]),
+        regime=cfg["regime"],
+        eof_id=int(ids["eof"]),
+        pad_id=int(ids["pad"]),
+        mask_id=int(ids["mask"]) if ids.get("mask") is not None else None,
+        max_positions=int(cfg["architecture"]["max_positions"]),
+        suppress_ids=tuple(int(ids[k]) for k in ("mask", "suffix", "prefix", "middle") if ids.get(k) is not None),
+        # trained with the next-token loss (the dual objective): the backend may then
+        # decode one token at a time; a model trained on the canvas alone has no such head
+        autoregressive=bool(cfg.get("autoregressive", False)),
+        length_classes=int(cfg["architecture"].get("length_classes", 0)),
+    )

@@ -20,9 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from engine.denoisers.base import DenoiserInfo, RandomSource, host_array
-from engine.denoisers.kv import Encoded, KVDenoiser
+from engine.denoisers.base import DenoiserInfo, PromptLayout, RandomSource, host_array
+from engine.denoisers.kv import Encoded, KVDenoiser, embedded_model, embedded_parts, suffix_first
 from engine.errors import ModelLoadError
+from engine.models.directory import DENOISE_FILE, ENCODE_FILE, require
+from engine.models.loading import LoadedModel
 
 
 def kv_names(prefix: str, layers: int) -> list[str]:
@@ -68,9 +70,11 @@ class OnnxDenoiser(KVDenoiser):
         denoise_path: Path,
         info: DenoiserInfo,
         shape: tuple[int, int, int],
+        layout: PromptLayout,
         providers: list[Any] | None = None,
     ) -> None:
         self.info = info
+        self.layout = layout
         self.layers, self.heads, self.head_dim = shape
         self.encoder = _session(encode_path, providers)
         self.denoiser = _session(denoise_path, providers)
@@ -135,3 +139,29 @@ class OnnxDenoiser(KVDenoiser):
 
     def random_source(self, seed: int | None) -> RandomSource:
         return NumpyRandomSource(seed)
+
+
+def load_dir(path: Path, cfg: dict[str, Any], *, device: str = "cpu", quantization: str = "none") -> LoadedModel:
+    """An embedded-architecture directory's ONNX graphs, on the CPU or through
+    onnxruntime-gpu's CUDA provider."""
+    tok, info = embedded_parts(path, cfg)
+    require(path, ENCODE_FILE, DENOISE_FILE)
+    arch = cfg["architecture"]
+    shape = (int(arch["n_layers"]), int(arch["n_heads"]), int(arch["d_model"]) // int(arch["n_heads"]))
+    den = OnnxDenoiser(path / ENCODE_FILE, path / DENOISE_FILE, info, shape, suffix_first(tok), providers(device))
+    return embedded_model(path, cfg, tok, den, "onnx")
+
+
+def providers(device: str) -> list[Any] | None:
+    """onnxruntime execution providers for a device; CUDA needs onnxruntime-gpu."""
+    if not device.startswith("cuda"):
+        return None
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        raise ModelLoadError(
+            f"device {device} needs onnxruntime's CUDA provider: pip install 'diffusion-lsp[gpu]' "
+            "(and uninstall the CPU-only onnxruntime)"
+        )
+    index = device.partition(":")[2] or "0"
+    return [("CUDAExecutionProvider", {"device_id": int(index)}), "CPUExecutionProvider"]

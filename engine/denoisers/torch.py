@@ -1,15 +1,20 @@
-"""The embedded model run by torch: for training-time evaluation, parity checks and GPUs."""
+"""The embedded model run by torch: for training-time evaluation, parity checks and GPUs;
+and the array side every torch backend shares (`OnModelDevice`, `TorchRandomSource`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from engine.denoisers.base import DenoiserInfo, RandomSource, host_array
-from engine.denoisers.kv import Encoded, KVDenoiser
-from engine.models.embedded import DiffusionCoder
+from engine.denoisers.base import DenoiserInfo, PromptLayout, RandomSource, host_array
+from engine.denoisers.kv import Encoded, KVDenoiser, embedded_model, embedded_parts, suffix_first
+from engine.errors import ModelLoadError
+from engine.models.directory import WEIGHTS_FILE, require
+from engine.models.embedded import DiffusionCoder, ModelConfig
+from engine.models.loading import LoadedModel
 
 
 class TorchRandomSource:
@@ -58,8 +63,11 @@ class OnModelDevice:
 
 
 class TorchDenoiser(KVDenoiser):
-    def __init__(self, model: DiffusionCoder, info: DenoiserInfo, device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self, model: DiffusionCoder, info: DenoiserInfo, layout: PromptLayout, device: torch.device | str = "cpu"
+    ) -> None:
         self.info = info
+        self.layout = layout
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
 
@@ -93,3 +101,29 @@ class TorchDenoiser(KVDenoiser):
 
     def random_source(self, seed: int | None) -> RandomSource:
         return TorchRandomSource(seed, self.device)
+
+
+def load_dir(path: Path, cfg: dict[str, Any], *, device: str = "cpu", quantization: str = "none") -> LoadedModel:
+    """An embedded-architecture directory's safetensors weights, run by torch."""
+    tok, info = embedded_parts(path, cfg)
+    require(path, WEIGHTS_FILE)
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device} requested, but torch sees no CUDA device")
+    model = DiffusionCoder(ModelConfig(**cfg["architecture"]))
+    load_weights(model, path / WEIGHTS_FILE)
+    return embedded_model(path, cfg, tok, TorchDenoiser(model, info, suffix_first(tok), device), "torch")
+
+
+def load_weights(model: Any, file: Path) -> None:
+    """safetensors -> model, as float32; a shape or name mismatch is a clear error."""
+    from safetensors.torch import load_file
+
+    try:
+        state = load_file(str(file))
+    except Exception as exc:  # safetensors raises its own error types
+        raise ModelLoadError(f"cannot read weights {file}: {exc}") from exc
+    state = {k: v.float() for k, v in state.items()}
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        raise ModelLoadError(f"weights in {file} do not fit the architecture in config.json: {exc}") from exc

@@ -27,7 +27,7 @@ from typing import Any
 from engine.candidate import Shown
 from engine.fill import Engine, FillOptions, InfillRequest
 from engine.local.generator import LocalGenerator, local_engine
-from engine.models.directory import LoadedModel
+from engine.models.loading import LoadedModel
 
 CONTEXT_TOKENS = 1024
 CANVAS_TOKENS = 32

@@ -5,8 +5,11 @@ The steps of `LocalGenerator.generate`, once engine.fill has planned the span an
   1. tokenize prefix and suffix and trim each to its budget, keeping the code nearest
      the cursor; trims snap to whole lines in steps of TRIM_QUANTUM_LINES so that the
      context stays the same while the user types (cache reuse);
-  2. assemble the context in suffix-prefix-middle order, `<suf> S <pre> P <mid>`;
-  3. encode it, reusing the cached state with the longest common token prefix;
+  2. hand them to the backend as a `Prompt`; its layout puts them in the order its model
+     was trained on (the shipped model: suffix-prefix-middle, `<suf> S <pre> P <mid>`;
+     Qwen2: prefix-suffix-middle; the Dream family's canvas in place);
+  3. encode it, reusing the cached state whose laid-out sequence shares the longest
+     prefix with this one;
   4. build the canvas: a warm start from the rest of `previous` (the fill shown last
      there) when the user typed its start, else drafter proposals, else empty; sized
      by the model's length head within the budget when it has one (engine.local.length);
@@ -29,7 +32,7 @@ import numpy as np
 
 from engine.candidate import Candidate
 from engine.decoding import CANDIDATE_TEMPERATURE, ONE_TOKEN_STRATEGIES, SamplerConfig
-from engine.denoisers.base import LengthPredictor
+from engine.denoisers.base import LengthPredictor, Prompt
 from engine.fill import Engine, FillControl, FillLimits, FillOptions, InfillRequest, InfillResult, Job, distinct
 from engine.local import drafter
 from engine.local.cache import DEFAULT_MAX_BYTES, ContextCache
@@ -45,7 +48,7 @@ from engine.local.sampler import (
     to_numpy,
 )
 from engine.local.verify import VerifyStats, run_verified
-from engine.models.directory import LoadedModel
+from engine.models.loading import LoadedModel
 from engine.spans.lines import line_end, line_start
 
 log = logging.getLogger(__name__)
@@ -180,8 +183,8 @@ class LocalGenerator:
     # -- 1-2: context
     def build_context(
         self, opts: FillOptions, req: InfillRequest, warnings: list[str], canvas: int
-    ) -> tuple[list[int], list[int], list[int]]:
-        """(context ids, prefix ids, suffix ids) within the budget."""
+    ) -> tuple[Prompt, list[int]]:
+        """(the prompt, its laid-out ids) within the budget, the layout's own tokens included."""
         budget = (
             opts.context_tokens
             if opts.context_tokens is not None
@@ -194,7 +197,7 @@ class LocalGenerator:
         if budget < MIN_CONTEXT_TOKENS:
             warnings.append(f"context budget {budget} is below {MIN_CONTEXT_TOKENS}; using {MIN_CONTEXT_TOKENS}")
             budget = MIN_CONTEXT_TOKENS
-        budget -= 3  # the three sentinels
+        budget -= self.den.layout.overhead
         # the suffix gets at most its share, the prefix the rest; a short prefix (the top of
         # a file) leaves its unused budget to the suffix, in line-aligned steps only, so
         # that typing (which grows the prefix) rarely moves the suffix's cut
@@ -204,22 +207,20 @@ class LocalGenerator:
             longer = trim_suffix(self.tok.encode, req.suffix, budget - len(prefix_ids), exact=False)
             if len(longer) > len(suffix_ids):
                 suffix_ids = longer
-        sp = self.tok.special
-        return [sp.suffix, *suffix_ids, sp.prefix, *prefix_ids, sp.middle], prefix_ids, suffix_ids
+        prompt = Prompt(prefix=tuple(prefix_ids), suffix=tuple(suffix_ids))
+        return prompt, list(self.den.layout.ids(prompt))
 
     # -- 4: warm start or drafts
-    def _proposals(
-        self, opts: FillOptions, req: InfillRequest, prefix_ids: list[int], suffix_ids: list[int], c: int
-    ) -> tuple[list[int], bool]:
+    def _proposals(self, opts: FillOptions, req: InfillRequest, prompt: Prompt, c: int) -> tuple[list[int], bool]:
         rest = req.previous.rest_after(req.prefix, req.suffix) if req.previous is not None else None
         if rest is not None:
             return self.tok.encode(rest)[:c], True
         use_drafter = opts.use_drafter if opts.use_drafter is not None else bool(self.defaults.get("drafter", True))
         if use_drafter:
             sp = self.tok.special
-            ctx = [*suffix_ids, sp.prefix, *prefix_ids]
+            ctx = [*prompt.suffix, sp.prefix, *prompt.prefix]  # a marker between them: no n-gram spans both
             stops = (sp.suffix, sp.prefix, sp.middle, sp.pad, sp.eof)
-            return drafter.propose(ctx, prefix_ids, c, stops), False
+            return drafter.propose(ctx, list(prompt.prefix), c, stops), False
         return [], False
 
     def generate(self, job: Job) -> InfillResult:
@@ -227,17 +228,17 @@ class LocalGenerator:
         c = job.budget
         b = max(1, int(req.candidates))
         # 1-2. the context
-        ctx_ids, prefix_ids, suffix_ids = self.build_context(opts, req, warnings, c)
+        prompt, ctx_ids = self.build_context(opts, req, warnings, c)
         # 3. encode, reusing the cache
         t0 = time.perf_counter()
         cached, reused = self.cache.lookup(ctx_ids)
-        state = self.den.encode(ctx_ids, cached)
+        state = self.den.encode(prompt, cached)
         self.cache.put(state)
         t1 = time.perf_counter()
         # 4-5. canvas and sampling: one greedy row per fitted length, then the sampled
         # candidates (at the first length)
         multiline = plan is not None and plan.span.multiline
-        proposal, warm = ([], False) if req.refine else self._proposals(opts, req, prefix_ids, suffix_ids, c)
+        proposal, warm = ([], False) if req.refine else self._proposals(opts, req, prompt, c)
         cfg = self._sampler_for(opts, req, b, warnings, multiline)
         lengths = self._fitted(opts, req, cfg, state, c, len(proposal))
         greedy = max(1, len(lengths))
@@ -251,7 +252,7 @@ class LocalGenerator:
         one_line = plan is not None and not plan.span.multiline
         stats = VerifyStats()
         result = self._sample(
-            job, cfg, rng, state, canvas, fixed, proposal, row_temperature, ctx_ids, stats, one_line, greedy
+            job, cfg, rng, state, canvas, fixed, proposal, row_temperature, prompt, stats, one_line, greedy
         )
         # 6. decode and rank
         ranked, scored = self._ranked(job.control, result, state, greedy)
@@ -384,7 +385,7 @@ class LocalGenerator:
         fixed: Any | None,
         proposal: list[int],
         row_temperature: Any | None,
-        ctx_ids: list[int],
+        prompt: Prompt,
         stats: VerifyStats,
         one_line: bool = False,
         greedy: int = 1,
@@ -416,13 +417,9 @@ class LocalGenerator:
         if cfg.strategy == "autoregressive" and not job.request.refine:
             return run_autoregressive(self.den, state, c, cfg, rng, batch=b, stop_after=stop, **common)
         if cfg.strategy == "verified" and not job.request.refine:
-
-            def draft_context(accepted: Any) -> list[int]:  # accepted tokens join the prefix, before <mid>
-                return [*ctx_ids[:-1], *accepted, ctx_ids[-1]]
-
             fit = self._draft_length(job.options)
             return run_verified(
-                self.den, state, draft_context, c, cfg, rng, batch=b, stop_after=stop, fit=fit, stats=stats, **common
+                self.den, state, prompt, c, cfg, rng, batch=b, stop_after=stop, fit=fit, stats=stats, **common
             )
         draft = None
         if proposal:

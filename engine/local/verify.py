@@ -5,11 +5,11 @@ the denoiser must also be an `Autoregressive`). Per candidate row, in rounds:
 
   1. stop if `stop_requested` says so;
   2. draft: the canvas fills the rest of the span in `draft_steps` parallel passes
-     (the canvas loop, `sampler.run`) against the context with the tokens accepted so
-     far moved into the prefix (`draft_context`: in suffix-prefix-middle order they go
-     before the middle marker, so the drafter sees the layout it was trained on and only
-     those tokens and the marker are encoded); a model with a length head sizes the
-     draft (`fit`);
+     (the canvas loop, `sampler.run`) against the prompt with the tokens accepted so
+     far as its fill (`Prompt.extended`, laid out by the backend: in the suffix-prefix-
+     middle order they go before the middle marker, so the drafter sees the layout it was
+     trained on and only those tokens and the marker are encoded); a model with a length
+     head sizes the draft (`fit`);
   3. verify: the one-token mode scores the whole draft in one pass of the causal encoder
      (`extend`), and keeps the longest prefix whose tokens it picks itself, plus its own
      token where it first disagrees (or after the whole draft): greedy rows take the
@@ -23,8 +23,8 @@ Every round decodes at least one token, so a row takes at most `length` rounds. 
 the mode replaced one drafted token, the rest of the draft is tried first in the next
 round, as it stands (a wrong name or operator leaves the code after it in place): that
 round costs one verification pass and no draft, and a new draft is made only when the
-rest fails at once. The one-token mode's state is cut back to the accepted tokens for
-free (a prefix of its cache); the token it adds itself is encoded with the next round's
+rest fails at once. The one-token mode's state is cut back to the accepted tokens
+(`cut`: a prefix of its cache); the token it adds itself is encoded with the next round's
 verification.
 `passes` counts the sequential forward passes (draft encodes, canvas steps,
 verifications, plus one for the context), `rounds` and `accepted` the drafts and how
@@ -33,14 +33,14 @@ many of their tokens were kept: the acceptance length is accepted / rounds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from engine.decoding import SamplerConfig, StopReason
-from engine.denoisers.base import EncodedContext, RandomSource
+from engine.denoisers.base import EncodedContext, Prompt, RandomSource
 from engine.local.sampler import (
     OneToken,
     SampleResult,
@@ -91,7 +91,7 @@ class _Chooser(OneToken):
 def run_verified(
     denoiser: Any,
     state: EncodedContext,
-    draft_context: Callable[[Sequence[int]], list[int]],
+    prompt: Prompt,
     length: int,
     cfg: SamplerConfig,
     rng: RandomSource,
@@ -107,8 +107,8 @@ def run_verified(
     stats: VerifyStats | None = None,
 ) -> SampleResult:
     """Verified decoding of `batch` rows after `state` (the context the one-token mode
-    continues, which also serves the first draft). `draft_context(accepted)` gives the
-    context ids the canvas drafts the rest against; `fit(state, room)` the draft's
+    continues, which also serves the first draft); `prompt` is what it encodes, and
+    `prompt.extended(accepted)` what the canvas drafts the rest against; `fit(state, room)` the draft's
     length within `room` (default: all of it). The result has the canvas's shape, as
     `run_autoregressive`'s; `steps` is the number of sequential passes."""
     info = denoiser.info
@@ -132,7 +132,7 @@ def run_verified(
         chooser = _Chooser(denoiser, cfg, temp * float(temps[r]), bool(cfg.greedy or greedy[r]), rng)
         before = stats.passes
         reason = _row(
-            denoiser, state, draft_context, length, draft_cfg, rng, chooser, tokens[r], confidence[r],
+            denoiser, state, prompt, length, draft_cfg, rng, chooser, tokens[r], confidence[r],
             stop_after, fit, stats, deadline, cancel, on_step, tokens,
         )  # fmt: skip
         row_steps.append(stats.passes - before)
@@ -146,7 +146,7 @@ def run_verified(
 def _row(
     den: Any,
     state: EncodedContext,
-    draft_context: Callable[[Sequence[int]], list[int]],
+    prompt: Prompt,
     length: int,
     draft_cfg: SamplerConfig,
     rng: RandomSource,
@@ -178,7 +178,7 @@ def _row(
             draft, leftover = leftover[:room], []
         else:  # 2. a new draft, the accepted tokens in the prefix
             if accepted:
-                canvas_state = den.encode(draft_context(accepted), canvas_state)
+                canvas_state = den.encode(prompt.extended(accepted), canvas_state)
                 stats.passes += 1
             n = max(1, min(room, fit(canvas_state, room) if fit is not None else room))
             cfg = replace(draft_cfg, min_tokens=max(0, chooser.cfg.min_tokens - len(accepted)))
@@ -232,7 +232,7 @@ def _row(
         # the mode's state: the context, the accepted tokens before this round and the
         # drafted ones it kept (a prefix of `ext`, free); the rest waits for the next pass
         prefix_len = len(ar_state.token_ids) + len(pending) + kept
-        ar_state = ext if prefix_len == len(ext.token_ids) else den.encode(ext.token_ids[:prefix_len], ext)
+        ar_state = den.cut(ext, prefix_len)
         pending = new[kept:]
         accepted.extend(new)
         if on_step is not None:

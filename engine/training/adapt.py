@@ -39,9 +39,12 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from engine.denoisers.dream import Specials, layout
+from engine.denoisers.base import Prompt
+from engine.denoisers.dream import DreamLayout, Specials
 from engine.errors import InputError
-from engine.models.directory import AUTOREGRESSIVE_MODEL_TYPES, DREAM_MODEL_TYPES, LoadedModel, load_model, read_config
+from engine.models.directory import read_config
+from engine.models.loading import LoadedModel, load_model
+from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES, DREAM_MODEL_TYPES
 from engine.models.tokenizer import Tokenizer
 from engine.training.tasks import cut_example
 
@@ -114,7 +117,7 @@ def collate(
         if not any(hidden):
             hidden[gen.randrange(canvas)] = True
         noised = [sp.mask if h else t for t, h in zip(target, hidden, strict=True)]
-        parts = layout([sp.fim_suffix, *row.suffix, sp.fim_prefix, *row.prefix, sp.fim_middle], sp)
+        parts = DreamLayout(sp).parts(Prompt(prefix=tuple(row.prefix), suffix=tuple(row.suffix)))
         before = parts.before  # the inference layout, exactly (engine/denoisers/dream.py)
         seqs.append([*before, *noised, *parts.after])
         # hidden state at position p - 1 + j predicts canvas position j

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from engine.errors import InputError
-from engine.models.directory import load_model
+from engine.models.loading import load_model
 
 
 def cmd_train(args: argparse.Namespace) -> int:

@@ -57,15 +57,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info  # noqa: E402
 
-from engine.models.directory import (  # noqa: E402
-    CARD_FILE,
-    CONFIG_FILE,
-    FORMAT_VERSION,
-    MODEL_TYPE,
-    TOKENIZER_FILE,
-    WEIGHTS_FILE,
-)
+from engine.models.directory import CARD_FILE, CONFIG_FILE, FORMAT_VERSION, TOKENIZER_FILE, WEIGHTS_FILE  # noqa: E402
 from engine.models.embedded import DiffusionCoder, ModelConfig  # noqa: E402
+from engine.models.table import EMBEDDED_MODEL_TYPE as MODEL_TYPE  # noqa: E402
 from engine.models.tokenizer import SPECIAL_TOKENS, Tokenizer, train_tokenizer  # noqa: E402
 from engine.training.budget import Budget  # noqa: E402
 from engine.training.corpus import DATA_MANIFEST, MANIFEST, data_manifest  # noqa: E402
@@ -649,7 +643,7 @@ def step_fill(
         return
     from engine.fill import InfillRequest
     from engine.local.generator import local_engine
-    from engine.models.directory import load_model
+    from engine.models.loading import load_model
     from engine.training.tasks import cut_example
 
     src = out / MODEL_DIR

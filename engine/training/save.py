@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from engine.models.directory import CARD_FILE, CONFIG_FILE, FORMAT_VERSION, MODEL_TYPE, TOKENIZER_FILE, WEIGHTS_FILE
+from engine.models.directory import CARD_FILE, CONFIG_FILE, FORMAT_VERSION, TOKENIZER_FILE, WEIGHTS_FILE
+from engine.models.table import EMBEDDED_MODEL_TYPE as MODEL_TYPE
 from engine.models.tokenizer import SPECIAL_TOKENS, Tokenizer
 
 

@@ -17,9 +17,10 @@ pytest.importorskip("transformers")
 import torch.nn.functional as F  # noqa: E402
 
 from engine.commands.cli import main  # noqa: E402
+from engine.denoisers.base import Prompt  # noqa: E402
 from engine.fill import FillOptions, InfillRequest  # noqa: E402
 from engine.local.generator import local_engine  # noqa: E402
-from engine.models.directory import load_model  # noqa: E402
+from engine.models.loading import load_model  # noqa: E402
 from engine.training.adapt import IGNORE, PAD_WEIGHT, AdaptConfig, Sides, canvas_mask, collate, losses  # noqa: E402
 from tests import dream_checkpoint  # noqa: E402
 
@@ -73,7 +74,7 @@ def test_the_canvas_loss_is_the_backends_inference_layout(loaded: Any) -> None:
     pre, mid, suf = tok.encode("def add(a, b):\n    return "), tok.encode("a + b"), tok.encode("\n\nprint(1)\n")
     b = collate([Sides(pre, mid, suf)], sp, 8, [1.0], random.Random(0))
     got = losses(den.model, b, AdaptConfig(ar_weight=0.0), 1.0, None)
-    ctx = [tok.special.suffix, *suf, tok.special.prefix, *pre, tok.special.middle]
+    ctx = Prompt(prefix=tuple(pre), suffix=tuple(suf))
     logits = den.denoise(den.encode(ctx), torch.full((1, 8), den.info.mask_id))[0]
     target = torch.tensor([*mid, sp.eof] + [sp.pad] * (8 - len(mid) - 1))
     weights = torch.tensor([1.0] * (len(mid) + 2) + [PAD_WEIGHT] * (8 - len(mid) - 2))

@@ -10,7 +10,7 @@ import torch
 
 from engine.fill import FillOptions, InfillRequest
 from engine.local.generator import local_engine
-from engine.models.directory import load_model
+from engine.models.loading import load_model
 
 PREFIX = "def total(self) -> float:\n    return self.price"
 SUFFIX = "\n\n\ndef main() -> None:\n    pass\n"

@@ -71,7 +71,7 @@ def test_tiny_run(tmp_path: Path) -> None:
 
     from engine.fill import InfillRequest
     from engine.local.generator import local_engine
-    from engine.models.directory import load_model
+    from engine.models.loading import load_model
 
     loaded = load_model(model, backend="torch")
     r = local_engine(loaded).fill(InfillRequest(prefix="def f(x):\n    return ", suffix="\n"))

@@ -15,11 +15,12 @@ pytest.importorskip("transformers")
 
 from transformers import Qwen2ForCausalLM  # noqa: E402
 
-from engine.denoisers.dream import DreamDenoiser, DreamPayload, layout, split_context  # noqa: E402
+from engine.denoisers.base import Prompt  # noqa: E402
+from engine.denoisers.dream import DreamDenoiser, DreamPayload  # noqa: E402
 from engine.errors import ModelLoadError  # noqa: E402
 from engine.fill import FillOptions, InfillRequest  # noqa: E402
 from engine.local.generator import local_engine  # noqa: E402
-from engine.models.directory import load_model  # noqa: E402
+from engine.models.loading import load_model  # noqa: E402
 from tests import dream_checkpoint  # noqa: E402
 
 PREFIX = "def add(a, b):\n    return "
@@ -46,9 +47,9 @@ def reference(dream_dir: Path) -> Any:
     return Qwen2ForCausalLM.from_pretrained(dream_dir, config=qwen2_config(cfg), dtype=torch.float32).eval()
 
 
-def context(loaded: Any, prefix: str = PREFIX, suffix: str = SUFFIX) -> list[int]:
-    sp, tok = loaded.tokenizer.special, loaded.tokenizer
-    return [sp.suffix, *tok.encode(suffix), sp.prefix, *tok.encode(prefix), sp.middle]
+def context(loaded: Any, prefix: str = PREFIX, suffix: str = SUFFIX) -> Prompt:
+    tok = loaded.tokenizer
+    return Prompt(prefix=tuple(tok.encode(prefix)), suffix=tuple(tok.encode(suffix)))
 
 
 def full_logits(model: Any, ids: list[int] | Any, causal: bool) -> Any:
@@ -80,15 +81,16 @@ def test_loads_as_the_dream_backend_with_the_checkpoints_ids(loaded: Any, dream_
     assert loaded.languages is None and loaded.defaults == {}
 
 
-def test_the_context_is_laid_out_in_place_and_in_fim_order(loaded: Any) -> None:
+def test_the_prompt_is_laid_out_in_place_and_in_fim_order(loaded: Any) -> None:
     sp, den = loaded.tokenizer.special, loaded.denoiser
-    s, p, m = [11, 12], [21, 22, 23], [31]
-    assert split_context([sp.suffix, *s, sp.prefix, *p, sp.middle, *m], den.sp) == (p, s, m)
-    parts = layout([sp.suffix, *s, sp.prefix, *p, sp.middle, *m], den.sp)
+    s, p, m = (11, 12), (21, 22, 23), (31,)
+    parts = den.layout.parts(Prompt(prefix=p, suffix=s, middle=m))
     assert parts.before == (den.sp.start, *p, *m) and parts.after == (*s, den.info.eof_id)
     assert parts.causal == (sp.prefix, *p, sp.suffix, *s, sp.middle, *m)
-    plain = layout([5, 6, 7], den.sp)  # no markers: a prompt, all prefix
+    assert den.layout.ids(Prompt(prefix=p, suffix=s, middle=m)) == parts.causal  # what a state covers
+    plain = den.layout.parts(Prompt(prefix=(5, 6, 7), plain=True))  # no markers: a prompt, all prefix
     assert plain.before == plain.causal == (den.sp.start, 5, 6, 7) and plain.after == ()
+    assert den.encode([5, 6, 7]).token_ids == plain.causal  # bare ids are a plain prompt
 
 
 # ----------------------------------------------------------------------------- the two modes
@@ -100,17 +102,17 @@ def test_the_causal_mode_equals_qwen2_for_causal_lm(loaded: Any, reference: Any)
     state = den.encode(ctx)
     middle = loaded.tokenizer.encode("a + b")
     longer, logits = den.extend(state, middle)
-    want = full_logits(reference, [*layout(ctx, den.sp).causal, *middle], causal=True)
+    want = full_logits(reference, [*den.layout.ids(ctx), *middle], causal=True)
     torch.testing.assert_close(den.next_logits(state), want[-len(middle) - 1], atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(logits, want[-len(middle) :], atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(den.next_logits(longer), want[-1], atol=1e-4, rtol=1e-4)
-    assert longer.token_ids == (*ctx, *middle)
+    assert longer.token_ids == (*den.layout.ids(ctx), *middle)
 
 
 def test_denoise_is_full_attention_with_logits_shifted_by_one(loaded: Any, reference: Any) -> None:
     den = loaded.denoiser
     ctx = context(loaded)
-    parts = layout(ctx, den.sp)
+    parts = den.layout.parts(ctx)
     canvas = torch.full((2, 6), den.info.mask_id)
     canvas[1, 2] = loaded.tokenizer.encode("a")[0]
     got = den.denoise(den.encode(ctx), canvas)

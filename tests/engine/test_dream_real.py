@@ -14,10 +14,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 
-from engine.denoisers.dream import layout  # noqa: E402
+from engine.denoisers.base import Prompt  # noqa: E402
 from engine.fill import FillOptions, InfillRequest  # noqa: E402
 from engine.local.generator import local_engine  # noqa: E402
-from engine.models.directory import load_model  # noqa: E402
+from engine.models.loading import load_model  # noqa: E402
 from tests import weights  # noqa: E402
 
 PREFIX = 'def is_palindrome(s: str) -> bool:\n    """True when s reads the same backwards."""\n    '
@@ -58,13 +58,12 @@ def test_causal_logits_equal_qwen2_for_causal_lm(loaded: Any, checkpoint: Path) 
     from transformers import Qwen2ForCausalLM
 
     den, tok = loaded.denoiser, loaded.tokenizer
-    sp = tok.special
-    ctx = [sp.suffix, *tok.encode(SUFFIX), sp.prefix, *tok.encode(PREFIX), sp.middle]
+    ctx = Prompt(prefix=tuple(tok.encode(PREFIX)), suffix=tuple(tok.encode(SUFFIX)))
     middle = tok.encode("return s == s")
     state = den.encode(ctx)
     _, logits = den.extend(state, middle)
     reference = Qwen2ForCausalLM.from_pretrained(str(checkpoint), dtype=torch.float32).eval()
-    seq = torch.tensor([[*layout(ctx, den.sp).causal, *middle]])
+    seq = torch.tensor([[*den.layout.ids(ctx), *middle]])
     with torch.no_grad():
         want = reference(input_ids=seq).logits[0]
     torch.testing.assert_close(den.next_logits(state), want[-len(middle) - 1], atol=2e-3, rtol=1e-3)

@@ -12,8 +12,8 @@ import torch
 
 from engine.decoding import SamplerConfig
 from engine.local.sampler import run_autoregressive, sequence_logprob
-from engine.models.directory import load_model
 from engine.models.embedded import DiffusionCoder, ModelConfig
+from engine.models.loading import load_model
 from engine.models.tokenizer import train_tokenizer
 from engine.training.loop import (
     Example,

@@ -12,7 +12,8 @@ from engine.evaluation.heldout import KINDS, draw_tasks, evaluate_dir, markdown_
 from engine.evaluation.passk import keep_passing, mine_file, run_doctests
 from engine.fill import Engine
 from engine.local.generator import LocalGenerator, local_engine
-from engine.models.directory import DEFAULT_MODEL_DIR, load_model
+from engine.models.directory import DEFAULT_MODEL_DIR
+from engine.models.loading import load_model
 
 FUNCS = '''"""Small functions with doctests, for the evaluation tests."""
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from engine.candidate import Shown
 from engine.fill import Engine, FillControl, FillOptions, InfillRequest
 from engine.local.generator import LocalGenerator, local_engine, trim_prefix, trim_suffix
-from engine.models.directory import load_model
+from engine.models.loading import load_model
 
 from ..conftest import FIXTURE_CODE
 
@@ -35,7 +35,8 @@ def test_context_is_suffix_prefix_middle_and_keeps_nearest_code(engine: Engine) 
     cut = len(SOURCE) // 2
     req = InfillRequest(prefix=SOURCE[:cut], suffix=SOURCE[cut:])
     gen = local(engine)
-    ctx, pre, suf = gen.build_context(FillOptions(context_tokens=200), req, [], 16)
+    prompt, ctx = gen.build_context(FillOptions(context_tokens=200), req, [], 16)
+    pre, suf = prompt.prefix, prompt.suffix
     sp = gen.tok.special
     assert ctx[0] == sp.suffix and ctx[-1] == sp.middle
     assert ctx[len(suf) + 1] == sp.prefix
@@ -171,7 +172,8 @@ def test_typing_the_start_of_the_fill_starts_warm(shipped: Engine) -> None:
 def test_a_short_prefix_leaves_its_budget_to_the_suffix(engine: Engine) -> None:
     req = InfillRequest(prefix="import os\n", suffix=SOURCE)
     gen = local(engine)
-    ctx, pre, suf = gen.build_context(FillOptions(context_tokens=200), req, [], 16)
+    prompt, ctx = gen.build_context(FillOptions(context_tokens=200), req, [], 16)
+    suf = prompt.suffix
     assert len(suf) > 200 * 0.25  # more than the suffix's usual share
     assert len(ctx) <= 200
     assert SOURCE.startswith(gen.tok.decode(suf))
@@ -190,7 +192,7 @@ def test_typing_keeps_the_context_an_append(engine: Engine) -> None:
         before, after = text[:cut], text[cut:]
         previous: list[int] | None = None
         for typed in (" = compute(x)"[: n + 1] for n in range(13)):
-            ctx, _, _ = gen.build_context(engine.options, InfillRequest(prefix=before + typed, suffix=after), [], 16)
+            _, ctx = gen.build_context(engine.options, InfillRequest(prefix=before + typed, suffix=after), [], 16)
             if previous is not None:
                 shared = next(
                     (i for i, (a, b) in enumerate(zip(previous, ctx, strict=False)) if a != b),
@@ -205,7 +207,7 @@ def test_typing_keeps_the_context_an_append(engine: Engine) -> None:
 
 def test_a_context_budget_of_zero_is_raised_with_a_warning(engine: Engine) -> None:
     warnings: list[str] = []
-    ctx, _, _ = local(engine).build_context(
+    _, ctx = local(engine).build_context(
         FillOptions(context_tokens=0), InfillRequest(prefix=SOURCE, suffix=SOURCE), warnings, 16
     )
     assert len(ctx) <= 16 and any("context budget 0 is below 16" in w for w in warnings)
@@ -224,7 +226,7 @@ def test_refine_keeps_the_tokens_the_model_finds_likely(shipped: Engine) -> None
     result = shipped.fill(InfillRequest(prefix=prefix, suffix=suffix, region=middle, refine=True))
     # score the middle independently, as the engine does
     gen = local(shipped)
-    ctx, _, _ = gen.build_context(shipped.options, InfillRequest(prefix=prefix, suffix=suffix), [], 32)
+    _, ctx = gen.build_context(shipped.options, InfillRequest(prefix=prefix, suffix=suffix), [], 32)
     state = gen.den.encode(ctx)
     ids = gen.tok.encode(middle)
     sp = gen.tok.special

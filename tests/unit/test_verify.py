@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from engine.decoding import SamplerConfig
-from engine.denoisers.base import DenoiserInfo, EncodedContext
+from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, SuffixFirst, as_prompt
 from engine.denoisers.onnx import NumpyRandomSource
 from engine.local.sampler import run_autoregressive
 from engine.local.verify import VerifyStats, run_verified
@@ -19,7 +19,9 @@ from engine.local.verify import VerifyStats, run_verified
 V = 16
 PAD, EOF, MASK, MID = 0, 1, 15, 14
 NL = 13  # a line break
-CONTEXT = (3, 4, MID)  # <suf> S <pre> P <mid>, in miniature
+LAYOUT = SuffixFirst(suffix=3, prefix=4, middle=MID)  # <suf> <pre> M <mid>: S and P empty
+PROMPT = Prompt()
+CONTEXT = LAYOUT.ids(PROMPT)
 CONFUSED = 12  # what the one-token mode predicts after a history that is not its own
 
 
@@ -48,8 +50,10 @@ class TwoModes:
         self.extend_calls = 0
 
     # -- the canvas
-    def encode(self, ids: Sequence[int], state: Any = None) -> EncodedContext:
-        return EncodedContext(token_ids=tuple(int(i) for i in ids), payload=None)
+    layout = LAYOUT
+
+    def encode(self, prompt: Prompt | Sequence[int], state: Any = None) -> EncodedContext:
+        return EncodedContext(token_ids=self.layout.ids(as_prompt(prompt)), payload=None)
 
     def denoise(self, state: EncodedContext, canvas: Any, self_cond: Any = None) -> np.ndarray:
         self.denoise_calls += 1
@@ -82,15 +86,14 @@ class TwoModes:
         first = len(state.token_ids) - len(CONTEXT)
         return st, np.stack([self._logits(hist[: first + j + 1]) for j in range(len(ids))])
 
+    def cut(self, state: EncodedContext, length: int) -> EncodedContext:
+        return EncodedContext(token_ids=state.token_ids[:length], payload=None)
+
     def as_array(self, values: Any) -> Any:
         return np.asarray(values)
 
     def random_source(self, seed: int | None) -> NumpyRandomSource:
         return NumpyRandomSource(seed)
-
-
-def draft_context(accepted: Sequence[int]) -> list[int]:
-    return [*CONTEXT[:-1], *accepted, CONTEXT[-1]]
 
 
 STATE = EncodedContext(token_ids=CONTEXT, payload=None)
@@ -103,7 +106,7 @@ def greedy(den: TwoModes, length: int = 12, **kw: Any) -> tuple[list[int], list[
     stop = kw.pop("stop_after", frozenset())
     ar = run_autoregressive(den, STATE, length, ar_cfg, NumpyRandomSource(0), stop_after=stop)
     stats = VerifyStats()
-    ver = run_verified(den, STATE, draft_context, length, cfg, NumpyRandomSource(0), stop_after=stop, stats=stats, **kw)
+    ver = run_verified(den, STATE, PROMPT, length, cfg, NumpyRandomSource(0), stop_after=stop, stats=stats, **kw)
     return ver.tokens[0].tolist(), ar.tokens[0].tolist(), stats, ar.steps
 
 
@@ -185,12 +188,12 @@ def test_cancel_and_deadline_stop_between_rounds() -> None:
     den = TwoModes(TARGET, [9] * 8)
     calls = iter(range(100))
     cut = run_verified(
-        den, STATE, draft_context, 12, SamplerConfig(strategy="verified"), NumpyRandomSource(0),
+        den, STATE, PROMPT, 12, SamplerConfig(strategy="verified"), NumpyRandomSource(0),
         cancel=lambda: next(calls) >= 2,
     )  # fmt: skip
     assert cut.stop_reason == "cancelled" and cut.tokens[0].tolist()[:2] == [5, 6] and cut.tokens[0][2] == PAD
     late = run_verified(
-        den, STATE, draft_context, 12, SamplerConfig(strategy="verified"), NumpyRandomSource(0),
+        den, STATE, PROMPT, 12, SamplerConfig(strategy="verified"), NumpyRandomSource(0),
         deadline=time.monotonic() - 1,
     )  # fmt: skip
     assert late.stop_reason == "deadline" and late.tokens[0].tolist() == [PAD] * 12
@@ -205,7 +208,7 @@ def test_sampled_rows_are_distributed_as_the_one_token_mode() -> None:
     for seed in range(runs):
         den = TwoModes(target, [9, 6], second={0: 9})
         out = run_verified(
-            den, STATE, draft_context, 4, SamplerConfig(strategy="verified", greedy=False), NumpyRandomSource(seed)
+            den, STATE, PROMPT, 4, SamplerConfig(strategy="verified", greedy=False), NumpyRandomSource(seed)
         )
         firsts[int(out.tokens[0, 0])] += 1
     ar_firsts: Counter[int] = Counter()

@@ -1,0 +1,103 @@
+"""The backend table: which backend loads which kind of checkpoint, what it takes and
+what it needs installed.
+
+A leaf: it imports nothing of torch and nothing of the engine but its errors, so the
+settings, the command line and `pull` read it without loading a backend. Each row names
+its loader as "module:function"; engine.models.loading imports that module only when a
+model of its kind is loaded. Adding a backend is one module (engine/denoisers/NAME.py with
+a `load_dir(path, cfg, device=..., quantization=...) -> LoadedModel`) and one row here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.errors import ModelLoadError
+
+# config.json model_type values
+EMBEDDED_MODEL_TYPE = "diffusion_coder"  # the architecture this project trains and ships
+DG_MODEL_TYPE = "diffusion_gemma"
+DREAM_MODEL_TYPES = ("Dream", "dream")  # the Dream family: a diffusion-trained Qwen2
+AUTOREGRESSIVE_MODEL_TYPES = ("qwen2", "llama")  # plain checkpoints, run by the dream backend too
+
+DG_QUANTIZATIONS = ("none", "int8", "4bit")  # engine/denoisers/dg_quant.py
+AUTO = "auto"  # the first row that loads the checkpoint's model_type
+NO_QUANTIZATION = "none"
+TORCH = "torch: pip install 'diffusion-lsp[torch]'"
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One row: a backend and the checkpoints it loads."""
+
+    name: str
+    loader: str  # "module:function", imported when used
+    model_types: tuple[str, ...]  # config.json model_type values it loads
+    kind: str  # its checkpoints in words, for errors
+    quantizations: tuple[str, ...] = (NO_QUANTIZATION,)
+    needs: str = ""  # what to install when its module does not import ("" : the base install)
+
+    @property
+    def a_kind(self) -> str:
+        """ "a Dream, Qwen2 or Llama", "an embedded-architecture" """
+        return ("an " if self.kind[0].lower() in "aeiou" else "a ") + self.kind
+
+
+TABLE: tuple[Backend, ...] = (
+    Backend("onnx", "engine.denoisers.onnx:load_dir", (EMBEDDED_MODEL_TYPE,), "embedded-architecture"),
+    Backend("torch", "engine.denoisers.torch:load_dir", (EMBEDDED_MODEL_TYPE,), "embedded-architecture", needs=TORCH),
+    Backend(
+        "diffusion_gemma",
+        "engine.denoisers.diffusion_gemma:load_dir",
+        (DG_MODEL_TYPE,),
+        "DiffusionGemma",
+        quantizations=DG_QUANTIZATIONS,
+        needs="torch and transformers>=5.23: pip install 'diffusion-lsp[torch]'",
+    ),
+    Backend(
+        "dream",
+        "engine.denoisers.dream:load_dir",
+        (*DREAM_MODEL_TYPES, *AUTOREGRESSIVE_MODEL_TYPES),
+        "Dream, Qwen2 or Llama",
+        needs="torch and transformers: pip install 'diffusion-lsp[torch]'",
+    ),
+)
+
+BACKENDS: tuple[str, ...] = (AUTO, *(row.name for row in TABLE))
+QUANTIZATIONS: tuple[str, ...] = tuple(dict.fromkeys(q for row in TABLE for q in row.quantizations))
+# {model_type: the row `auto` picks}
+LOADERS: dict[str, Backend] = {t: row for row in reversed(TABLE) for t in row.model_types}
+
+
+def row(name: str) -> Backend:
+    """The row of a backend by name."""
+    for r in TABLE:
+        if r.name == name:
+            return r
+    raise ModelLoadError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+
+
+def choose(model_type: object, backend: str = AUTO, quantization: str = NO_QUANTIZATION, where: str = "") -> Backend:
+    """The row that loads a checkpoint of `model_type` with the requested backend and
+    quantization, or a ModelLoadError that says what to choose instead."""
+    wanted = None if backend == AUTO else row(backend)
+    if quantization not in QUANTIZATIONS:
+        raise ModelLoadError(f"unknown quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)}")
+    found = LOADERS.get(model_type) if isinstance(model_type, str) else None
+    if found is None:
+        if wanted is not None:
+            raise ModelLoadError(f"{where} is not {wanted.a_kind} checkpoint (model_type {model_type!r})")
+        raise ModelLoadError(f"{where}: unknown model_type {model_type!r}")
+    if wanted is not None and model_type not in wanted.model_types:
+        raise ModelLoadError(
+            f"{where} is not {wanted.a_kind} checkpoint but {found.a_kind} one (model_type {model_type!r}): "
+            f"use backend {found.name} (or auto), not {backend}"
+        )
+    chosen = wanted or found
+    if quantization not in chosen.quantizations:
+        takers = " and ".join(sorted({r.kind for r in TABLE if quantization in r.quantizations}))
+        raise ModelLoadError(
+            f"quantization {quantization!r} is for {takers} checkpoints; {where} is {chosen.a_kind} "
+            f"checkpoint (backend {chosen.name} takes: {', '.join(chosen.quantizations)})"
+        )
+    return chosen
