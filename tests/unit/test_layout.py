@@ -4,6 +4,7 @@ module of engine.training or engine.evaluation (docs/engine.md, Layout)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -40,3 +41,137 @@ def test_the_server_imports_no_torch_training_or_evaluation() -> None:
         or m.startswith(("engine.training", "engine.evaluation"))
     ]
     assert forbidden == []
+
+
+# ------------------------------------------------------------------ the import graph
+
+# The runtime: what the server and the command line import to fill. Training and
+# evaluation live beside it (engine/training, engine/evaluation) and may import it.
+RUNTIME = ("engine", "lsp_server")
+APART = ("engine.training", "engine.evaluation")
+
+# What each part may not import (prefixes of module names). Read from the bottom up:
+# the errors and spans know nothing else of the engine; the backend table is a leaf;
+# models (the directory format) know only the protocol of the denoisers; denoisers know
+# no generator; the frame knows no generator or backend; the local and remote generators
+# know nothing of each other; nothing of the engine knows the server or the commands.
+ABOVE = ("lsp_server", "engine.commands")
+FORBIDDEN: dict[str, tuple[str, ...]] = {
+    "engine.errors": ("engine.",),
+    "engine.spans": (
+        "engine.fill",
+        "engine.syntax",
+        "engine.local",
+        "engine.remote",
+        "engine.models",
+        "engine.denoisers",
+    ),
+    "engine.models.table": ("engine.models.", "engine.denoisers", "engine.local", "engine.remote", "engine.fill"),
+    "engine.denoisers.base": ("engine.",),
+    "engine.models": ("engine.local", "engine.remote", "engine.fill", "engine.syntax", *ABOVE),
+    "engine.denoisers": ("engine.local", "engine.remote", "engine.fill", "engine.syntax", *ABOVE),
+    "engine.fill": ("engine.local", "engine.remote", "engine.denoisers", "engine.models.loading", *ABOVE),
+    "engine.syntax": ("engine.local", "engine.remote", "engine.denoisers", "engine.models.loading", *ABOVE),
+    "engine.candidate": ("engine.local", "engine.remote", "engine.denoisers", "engine.models", *ABOVE),
+    "engine.decoding": ("engine.",),
+    "engine.local": ("engine.remote", *ABOVE),
+    "engine.remote": ("engine.local", "engine.denoisers", "engine.models.loading", *ABOVE),
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, name: str, known: set[str]) -> set[str]:
+    """The project's modules that `name` imports anywhere in its text (lazy imports too),
+    each resolved to the longest known module name."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = name.split(".")[: -node.level] if path.name != "__init__.py" else name.split(".")
+                base = ".".join([*package[: len(package) - (node.level - 1)], *([base] if base else [])])
+            targets = [f"{base}.{a.name}" for a in node.names] + [base]
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    files = {_module_name(p): p for top in RUNTIME for p in (ROOT / top).rglob("*.py")}
+    files = {n: p for n, p in files.items() if not n.startswith(APART)}
+    known = set(files)
+    return {name: _imports(path, name, known) for name, path in files.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_runtime_has_no_import_circle() -> None:
+    graph = _graph()
+    assert "engine.local.generator" in graph and "engine.models.table" in graph["engine.models.loading"]
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_circle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_part_imports_what_lies_above_it() -> None:
+    graph = _graph()
+    upward = []
+    for name, targets in sorted(graph.items()):
+        rules = [rule for prefix, rule in FORBIDDEN.items() if name == prefix or name.startswith(prefix + ".")]
+        banned = rules[-1] if rules else ()  # the most specific part's rule (FORBIDDEN lists parents first)
+        if name.startswith("engine"):
+            banned = (*banned, "lsp_server", *APART) if not name.startswith("engine.commands") else banned
+        upward += [f"{name} -> {t}" for t in sorted(targets) if t.startswith(banned) and t != name]
+    assert upward == []
+
+
+def test_the_backend_table_is_a_leaf_that_imports_no_backend() -> None:
+    """The settings, the command line and pull read the table without loading a backend:
+    it imports the engine's errors and the standard library, nothing else."""
+    assert _graph()["engine.models.table"] == {"engine.errors"}
+    tree = ast.parse((ROOT / "engine/models/table.py").read_text(encoding="utf-8"))
+    tops = {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    tops |= {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert tops <= {"__future__", "dataclasses", "engine"}
