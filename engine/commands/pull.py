@@ -2,7 +2,7 @@
 into the local models folder, only when the user runs this command.
 
 Nothing else in diffusion-lsp downloads: the server, the editors and the other commands
-read local directories only (engine/models/directory.py). A pull, in order:
+read local directories only (engine/models/loading.py). A pull, in order:
 
 1. lists the repo's files with their sizes at the revision, and pins its commit;
 2. keeps config.json, generation_config.json, the tokenizer files, the safetensors weights
@@ -65,7 +65,7 @@ NOTICE_PREFIXES = ("LICENSE", "LICENCE", "NOTICE")  # licence texts: LICENSE, LI
 NOTICE_SUFFIXES = ("", ".txt", ".md")
 STALE_PARTIAL_S = 600  # a partial download untouched this long is left over from a killed pull
 
-# the model_types engine/models/directory.py loads (load_model), and what each is
+# the model_types the backend table (engine/models/table.py) loads, and what each is
 DREAM = "the Dream family (Dream, DiffuCoder, Dream-Coder, DreamOn), the dream backend"
 ADAPT = (
     "an autoregressive model the dream backend runs; "

@@ -4,7 +4,7 @@ A 26B-A4B checkpoint is about 52 GB in bfloat16; the released model "fits within
 VRAM when quantized". Most of its weights are the mixture of experts, stored by
 transformers as fused 3D parameters (`experts.gate_up_proj` (E, 2I, H), `experts.down_proj`
 (E, H, I)) that bitsandbytes' and torchao's quantizers leave in full precision (measured:
-../shared/FACTS.md). So this backend quantizes its weights itself, one mechanism for both
+docs/measurements.md). So this backend quantizes its weights itself, one mechanism for both
 kinds, weight-only, on CPU and CUDA alike:
 
 - "int8": each output row scaled to int8 (symmetric, one scale per row);
