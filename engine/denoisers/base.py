@@ -12,7 +12,7 @@ is written against the array API (array-api-compat), never against one library.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -67,34 +67,6 @@ class PromptLayout(Protocol):
         ...
 
     def ids(self, prompt: Prompt) -> tuple[int, ...]: ...
-
-
-@dataclass(frozen=True)
-class SuffixFirst:
-    """`<suf> S <pre> P M <mid>` (suffix-prefix-middle): typing at the cursor only
-    appends to P, so a keystroke re-encodes the new tokens and `<mid>` alone. The shipped
-    model's training order; DiffusionGemma's with Gemma's markers. The fill accepted so
-    far (M) joins the prefix, before the middle marker, so the canvas still follows it."""
-
-    suffix: int
-    prefix: int
-    middle: int
-    overhead: int = field(default=3, init=False)
-
-    def ids(self, prompt: Prompt) -> tuple[int, ...]:
-        if prompt.plain:
-            return (*prompt.prefix, *prompt.middle)
-        return (self.suffix, *prompt.suffix, self.prefix, *prompt.prefix, *prompt.middle, self.middle)
-
-
-@dataclass(frozen=True)
-class Plain:
-    """A model without fill-in-the-middle markers: the prefix and the fill so far, no suffix."""
-
-    overhead: int = field(default=0, init=False)
-
-    def ids(self, prompt: Prompt) -> tuple[int, ...]:
-        return (*prompt.prefix, *prompt.middle)
 
 
 @dataclass

@@ -44,11 +44,12 @@ except ImportError as exc:
     ) from exc
 
 from engine.denoisers import dg_quant
-from engine.denoisers.base import DenoiserInfo, EncodedContext, Plain, Prompt, PromptLayout, as_prompt
+from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, PromptLayout, as_prompt
 from engine.denoisers.dg_graph import StepGraph, graph_unavailable_reason
 from engine.denoisers.dg_static import StaticContext, static_step
 from engine.denoisers.hf_cache import cache_nbytes, can_crop, expand_cache, fork_cache
 from engine.denoisers.kv import common_prefix_len, suffix_first
+from engine.denoisers.layouts import Plain
 from engine.denoisers.torch import OnModelDevice, TorchRandomSource
 from engine.errors import ModelLoadError
 from engine.models.directory import DG_SPECIAL_TOKENS, TOKENIZER_FILE, first_id, require

@@ -38,7 +38,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +52,12 @@ except ImportError as exc:
 from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, as_prompt
 from engine.denoisers.hf_cache import cache_nbytes, can_crop, expand_cache, fork_cache
 from engine.denoisers.kv import common_prefix_len
+from engine.denoisers.layouts import DreamLayout, Parts, Specials, dream_tokens
 from engine.denoisers.torch import OnModelDevice
 from engine.errors import ModelLoadError
-from engine.models.directory import CONFIG_FILE, DG_SPECIAL_TOKENS, TOKENIZER_FILE, first_id, first_known, require
+from engine.models.directory import CONFIG_FILE, TOKENIZER_FILE, require
 from engine.models.loading import LoadedModel
 from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES, DREAM_MODEL_TYPES
-from engine.models.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -96,53 +96,10 @@ _CACHE_KW = _cache_keyword()
 
 
 @dataclass(frozen=True)
-class Specials:
-    """The token ids the layouts and the sampler use (from the checkpoint's config and tokenizer)."""
-
-    mask: int
-    eof: int
-    pad: int
-    start: int  # before the prefix in the canvas layout
-    fim_prefix: int
-    fim_suffix: int
-    fim_middle: int
-
-
-@dataclass(frozen=True)
-class Parts:
-    """A context laid out for this family."""
-
-    before: tuple[int, ...]  # start, prefix, fill so far: the canvas follows
-    after: tuple[int, ...]  # the suffix and end-of-text: they follow the canvas
-    causal: tuple[int, ...]  # the one-token mode's sequence (prefix-suffix-middle)
-
-
-@dataclass(frozen=True)
 class DreamPayload:
     parts: Parts
     cache: Cache | None  # the one-token mode's keys and values over parts.causal
     next_logits: torch.Tensor | None  # (V,) after parts.causal
-
-
-@dataclass(frozen=True)
-class DreamLayout:
-    """The family's two layouts of a prompt (see the module); `ids` is the one-token
-    mode's causal sequence, what a cached state covers."""
-
-    sp: Specials
-    overhead: int = field(default=3, init=False)  # the causal layout's three markers (the canvas adds two)
-
-    def ids(self, prompt: Prompt) -> tuple[int, ...]:
-        return self.parts(prompt).causal
-
-    def parts(self, prompt: Prompt) -> Parts:
-        sp = self.sp
-        if prompt.plain:
-            plain = (sp.start, *prompt.prefix, *prompt.middle)
-            return Parts(before=plain, after=(), causal=plain)
-        p, s, m = prompt.prefix, prompt.suffix, prompt.middle
-        causal = (sp.fim_prefix, *p, sp.fim_suffix, *s, sp.fim_middle, *m)
-        return Parts(before=(sp.start, *p, *m), after=(*s, sp.eof), causal=causal)
 
 
 class DreamDenoiser(OnModelDevice):
@@ -409,7 +366,7 @@ def load_dir(path: Path, cfg: dict[str, Any], *, device: str = "cpu", quantizati
     require(path, TOKENIZER_FILE)
     own = cfg.get("diffusion_lsp", {})
     model_type = cfg["model_type"]
-    tok, specials, suppress = _tokens(path, cfg, own)
+    tok, specials, suppress = dream_tokens(path, cfg, own)
     cache = own.get("cache", "exact")
     if cache not in CACHE_MODES:
         raise ModelLoadError(f"{path / CONFIG_FILE}: diffusion_lsp.cache must be one of {', '.join(CACHE_MODES)}")
@@ -420,43 +377,3 @@ def load_dir(path: Path, cfg: dict[str, Any], *, device: str = "cpu", quantizati
     defaults = {"strategy": "autoregressive"} if model_type in AUTOREGRESSIVE_MODEL_TYPES else {}
     defaults.update(own.get("defaults", {}))
     return LoadedModel(path=path, tokenizer=tok, denoiser=den, backend="dream", defaults=defaults)
-
-
-def _tokens(path: Path, cfg: dict[str, Any], own: dict[str, Any]) -> tuple[Tokenizer, Specials, list[int]]:
-    """(tokenizer, the layouts' special ids, ids never sampled) of a checkpoint."""
-    hf = Tokenizer.read(path / TOKENIZER_FILE)
-    vocab = int(cfg.get("vocab_size", 0))
-    eos = first_id(cfg.get("eos_token_id"))
-    if eos is None:
-        raise ModelLoadError(f"{path / CONFIG_FILE} defines no eos_token_id")
-    # DiffuCoder pads the canvas after the fill with its own token; the others with pad or eos
-    pad = first_known(hf.token_to_id("<|dlm_pad|>"), first_id(cfg.get("pad_token_id")), fallback=eos)
-    mask = first_id(cfg.get("mask_token_id"))
-    if mask is None:
-        mask = hf.token_to_id("<|mask|>")
-    if mask is None and vocab > hf.get_vocab_size():
-        mask = hf.get_vocab_size()  # an autoregressive checkpoint: its first unused row (adapt trains it)
-    if mask is None:
-        raise ModelLoadError(f"{path}: no mask token (config.json mask_token_id) and no unused row to use as one")
-    names = {
-        "pad": hf.id_to_token(pad) or "",
-        "eof": hf.id_to_token(eos) or "",
-        "mask": hf.id_to_token(mask) or "",
-        **{k: DG_SPECIAL_TOKENS[k] for k in ("suffix", "prefix", "middle")},
-        **own.get("special_tokens", {}),
-    }
-    tok = Tokenizer(hf, names)
-    if tok.vocab_size > vocab:
-        raise ModelLoadError(
-            f"{path}: tokenizer.json has {tok.vocab_size} tokens but the model only {vocab}: "
-            "the tokenizer does not belong to this checkpoint"
-        )
-    # Dream's evaluations and DreamOn put <|beginoftext|> first; Qwen2 configs name a bos
-    start = first_known(hf.token_to_id("<|beginoftext|>"), first_id(cfg.get("bos_token_id")), fallback=eos)
-    sp = tok.special
-    specials = Specials(
-        mask=mask, eof=sp.eof, pad=sp.pad, start=start, fim_prefix=sp.prefix, fim_suffix=sp.suffix, fim_middle=sp.middle
-    )
-    # never sampled: the tokenizer's special tokens (but the ends) and the rows it never produces
-    special = [i for i, t in hf.get_added_tokens_decoder().items() if t.special and i not in (sp.eof, sp.pad)]
-    return tok, specials, [*special, *range(tok.vocab_size, vocab)]

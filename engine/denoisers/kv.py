@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, PromptLayout, SuffixFirst, as_prompt
+from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, PromptLayout, as_prompt
+from engine.denoisers.layouts import SuffixFirst
 from engine.models.directory import TOKENIZER_FILE, check_embedded, check_tokenizer, languages, require
 from engine.models.loading import LoadedModel
 from engine.models.tokenizer import Tokenizer

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.denoisers.base import Prompt
-from engine.denoisers.dream import DreamLayout, Specials
+from engine.denoisers.layouts import DreamLayout, Specials
 from engine.errors import InputError
 from engine.models.directory import read_config
 from engine.models.loading import LoadedModel, load_model

@@ -1,0 +1,131 @@
+"""The prompt layouts: how each backend puts a `Prompt` (prefix, suffix, the fill so far)
+in the order its model was trained on. Torch-free: the onnx backends use them too.
+
+- `SuffixFirst`: `<suf> S <pre> P M <mid>`, the shipped model's order and DiffusionGemma's;
+- `Plain`: no markers (a model without fill-in-the-middle tokens);
+- `DreamLayout`: the Dream family's canvas in place and Qwen2.5-Coder's prefix-suffix-middle
+  order for the one-token mode (engine/denoisers/dream.py says why), with `dream_tokens`,
+  the ids it uses read from a checkpoint's config and tokenizer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.denoisers.base import Prompt
+from engine.errors import ModelLoadError
+from engine.models.directory import CONFIG_FILE, DG_SPECIAL_TOKENS, TOKENIZER_FILE, first_id, first_known
+from engine.models.tokenizer import Tokenizer
+
+
+@dataclass(frozen=True)
+class SuffixFirst:
+    """`<suf> S <pre> P M <mid>` (suffix-prefix-middle): typing at the cursor only
+    appends to P, so a keystroke re-encodes the new tokens and `<mid>` alone. The shipped
+    model's training order; DiffusionGemma's with Gemma's markers. The fill accepted so
+    far (M) joins the prefix, before the middle marker, so the canvas still follows it."""
+
+    suffix: int
+    prefix: int
+    middle: int
+    overhead: int = field(default=3, init=False)
+
+    def ids(self, prompt: Prompt) -> tuple[int, ...]:
+        if prompt.plain:
+            return (*prompt.prefix, *prompt.middle)
+        return (self.suffix, *prompt.suffix, self.prefix, *prompt.prefix, *prompt.middle, self.middle)
+
+
+@dataclass(frozen=True)
+class Plain:
+    """A model without fill-in-the-middle markers: the prefix and the fill so far, no suffix."""
+
+    overhead: int = field(default=0, init=False)
+
+    def ids(self, prompt: Prompt) -> tuple[int, ...]:
+        return (*prompt.prefix, *prompt.middle)
+
+
+@dataclass(frozen=True)
+class Specials:
+    """The token ids the layouts and the sampler use (from the checkpoint's config and tokenizer)."""
+
+    mask: int
+    eof: int
+    pad: int
+    start: int  # before the prefix in the canvas layout
+    fim_prefix: int
+    fim_suffix: int
+    fim_middle: int
+
+
+@dataclass(frozen=True)
+class Parts:
+    """A context laid out for this family."""
+
+    before: tuple[int, ...]  # start, prefix, fill so far: the canvas follows
+    after: tuple[int, ...]  # the suffix and end-of-text: they follow the canvas
+    causal: tuple[int, ...]  # the one-token mode's sequence (prefix-suffix-middle)
+
+
+@dataclass(frozen=True)
+class DreamLayout:
+    """The family's two layouts of a prompt (see the module); `ids` is the one-token
+    mode's causal sequence, what a cached state covers."""
+
+    sp: Specials
+    overhead: int = field(default=3, init=False)  # the causal layout's three markers (the canvas adds two)
+
+    def ids(self, prompt: Prompt) -> tuple[int, ...]:
+        return self.parts(prompt).causal
+
+    def parts(self, prompt: Prompt) -> Parts:
+        sp = self.sp
+        if prompt.plain:
+            plain = (sp.start, *prompt.prefix, *prompt.middle)
+            return Parts(before=plain, after=(), causal=plain)
+        p, s, m = prompt.prefix, prompt.suffix, prompt.middle
+        causal = (sp.fim_prefix, *p, sp.fim_suffix, *s, sp.fim_middle, *m)
+        return Parts(before=(sp.start, *p, *m), after=(*s, sp.eof), causal=causal)
+
+
+def dream_tokens(path: Path, cfg: dict[str, Any], own: dict[str, Any]) -> tuple[Tokenizer, Specials, list[int]]:
+    """(tokenizer, the layouts' special ids, ids never sampled) of a checkpoint."""
+    hf = Tokenizer.read(path / TOKENIZER_FILE)
+    vocab = int(cfg.get("vocab_size", 0))
+    eos = first_id(cfg.get("eos_token_id"))
+    if eos is None:
+        raise ModelLoadError(f"{path / CONFIG_FILE} defines no eos_token_id")
+    # DiffuCoder pads the canvas after the fill with its own token; the others with pad or eos
+    pad = first_known(hf.token_to_id("<|dlm_pad|>"), first_id(cfg.get("pad_token_id")), fallback=eos)
+    mask = first_id(cfg.get("mask_token_id"))
+    if mask is None:
+        mask = hf.token_to_id("<|mask|>")
+    if mask is None and vocab > hf.get_vocab_size():
+        mask = hf.get_vocab_size()  # an autoregressive checkpoint: its first unused row (adapt trains it)
+    if mask is None:
+        raise ModelLoadError(f"{path}: no mask token (config.json mask_token_id) and no unused row to use as one")
+    names = {
+        "pad": hf.id_to_token(pad) or "",
+        "eof": hf.id_to_token(eos) or "",
+        "mask": hf.id_to_token(mask) or "",
+        **{k: DG_SPECIAL_TOKENS[k] for k in ("suffix", "prefix", "middle")},
+        **own.get("special_tokens", {}),
+    }
+    tok = Tokenizer(hf, names)
+    if tok.vocab_size > vocab:
+        raise ModelLoadError(
+            f"{path}: tokenizer.json has {tok.vocab_size} tokens but the model only {vocab}: "
+            "the tokenizer does not belong to this checkpoint"
+        )
+    # Dream's evaluations and DreamOn put <|beginoftext|> first; Qwen2 configs name a bos
+    start = first_known(hf.token_to_id("<|beginoftext|>"), first_id(cfg.get("bos_token_id")), fallback=eos)
+    sp = tok.special
+    specials = Specials(
+        mask=mask, eof=sp.eof, pad=sp.pad, start=start, fim_prefix=sp.prefix, fim_suffix=sp.suffix, fim_middle=sp.middle
+    )
+    # never sampled: the tokenizer's special tokens (but the ends) and the rows it never produces
+    special = [i for i, t in hf.get_added_tokens_decoder().items() if t.special and i not in (sp.eof, sp.pad)]
+    return tok, specials, [*special, *range(tok.vocab_size, vocab)]
