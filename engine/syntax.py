@@ -127,42 +127,63 @@ def check_candidates(
         return candidates
     if span is None:
         span = select_span(text, len(prefix), lang, doc.tree)
-    out: list[Candidate] = []
-    strict: bool | None = None  # decided at the first candidate that gets that far
-    before = after = ""
+    judge = _Judge(doc, prefix, suffix, replaced, python=lang.name == "python")
+    kept = [c for cand in candidates if (c := _checked(tok, judge, cand, span)) is not None]
+    return _ranked(kept)
 
-    def judge(fill: str, cand: Candidate) -> str | None:
-        """The fill to keep (validated, cut where needed), or None."""
-        nonlocal strict, before, after
-        verdict = validate_fill(doc, len(prefix), fill)
+
+class _Judge:
+    """Whether one fill at the cursor keeps the file parsing: validated (and cut where
+    needed) by tree-sitter, and for Python also compiled within the top-level statement
+    around it, when that statement compiled with the replaced text in place (decided once,
+    at the first fill that gets that far)."""
+
+    def __init__(self, doc: Document, prefix: str, suffix: str, replaced: str, python: bool) -> None:
+        self.doc, self.prefix, self.suffix, self.replaced, self.python = doc, prefix, suffix, replaced, python
+        self._strict: bool | None = None
+        self._before = self._after = ""
+
+    def __call__(self, fill: str, cand: Candidate) -> tuple[str, str] | None:
+        """(the fill to keep, its status: "ok" or "truncated"), or None: rejected, or cut
+        to nothing from a candidate that was not blank."""
+        verdict = validate_fill(self.doc, len(self.prefix), fill)
         if verdict.status == "rejected" or (not verdict.fill.strip() and cand.text.strip()):
             return None
-        if strict is None:
-            before, after = _top_level_chunk(prefix, suffix) if lang.name == "python" else ("", "")
-            strict = lang.name == "python" and _python_compiles(before + replaced + after)
-        if strict and not _python_compiles(before + verdict.fill + after):
+        if self._strict is None:
+            if self.python:
+                self._before, self._after = _top_level_chunk(self.prefix, self.suffix)
+            self._strict = self.python and _python_compiles(self._before + self.replaced + self._after)
+        if self._strict and not _python_compiles(self._before + verdict.fill + self._after):
             return None
-        statuses[verdict.fill] = verdict.status
-        return verdict.fill
+        return verdict.fill, verdict.status
 
-    statuses: dict[str, str] = {}
-    for cand in candidates:
-        fill = cand.text if span.multiline else cand.text.splitlines()[0] if cand.text else ""
-        kept_fill = judge(fill, cand)
-        if kept_fill is None and span.kind == "lines":  # whole lines: at a neighbour's indentation
-            kept_fill = next((k for m in reindented(fill, prefix, suffix) if (k := judge(m, cand)) is not None), None)
-            if kept_fill is not None:
-                kept = _retext(tok, cand, kept_fill)
-                kept.syntax = "truncated"  # changed to pass: ranked after fills that parse as written
-                out.append(kept)
-            continue
-        if kept_fill is None:
-            continue
-        kept = _keep_tokens(tok, cand, kept_fill)
-        kept.syntax = statuses[kept_fill]
-        out.append(kept)
-    ranked = sorted(out, key=lambda c: _RANK.get(c.syntax, 2))  # stable: greedy first among equals
-    unique: dict[str, Candidate] = {}  # a candidate cut to parse may now equal another one
+
+def _checked(tok: Tokenizer | None, judge: _Judge, cand: Candidate, span: Span) -> Candidate | None:
+    """`cand` cut to the span's line mode and judged; a span of whole lines that fails as
+    written is tried at a neighbour's indentation, and ranked after fills that parse as
+    written ("truncated"). None when nothing of it passes."""
+    fill = cand.text if span.multiline else cand.text.splitlines()[0] if cand.text else ""
+    verdict = judge(fill, cand)
+    if verdict is not None:
+        kept = _keep_tokens(tok, cand, verdict[0])
+        kept.syntax = verdict[1]
+        return kept
+    if span.kind != "lines":
+        return None
+    moved = reindented(fill, judge.prefix, judge.suffix)
+    verdict = next((v for m in moved if (v := judge(m, cand)) is not None), None)
+    if verdict is None:
+        return None
+    kept = _retext(tok, cand, verdict[0])
+    kept.syntax = "truncated"  # changed to pass: ranked after fills that parse as written
+    return kept
+
+
+def _ranked(cands: list[Candidate]) -> list[Candidate]:
+    """Fills that parse first, then those cut to parse, then unchecked ones (stable: the
+    greedy fill first among equals), without the repeats that cutting made."""
+    ranked = sorted(cands, key=lambda c: _RANK.get(c.syntax, 2))
+    unique: dict[str, Candidate] = {}
     for c in ranked:
         unique.setdefault(c.text, c)
     return list(unique.values())
