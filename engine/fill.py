@@ -74,8 +74,9 @@ class FillOptions:
 @dataclass
 class InfillRequest:
     """What to fill: the text around it, its language, the region it replaces, how many
-    candidates; and what the caller knows that helps (the fill shown last, other files,
-    the parsed document)."""
+    candidates (and how many more when they are all blank), each set by the caller that
+    knows it (the server's handlers, the CLI's flags); and what the caller knows that
+    helps (the fill shown last, other files, the parsed document)."""
 
     prefix: str
     suffix: str = ""

@@ -4,8 +4,6 @@ a selection) run as commands that apply versioned WorkspaceEdits, and diffusion/
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from lsprotocol import converters, types
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import TextDocument
@@ -14,10 +12,12 @@ from engine.fill import InfillRequest
 from engine.spans import Span, enclosing_node, expand_selection, find_holes
 from engine.spans.lines import line_end, line_start
 from lsp_server import convert
-from lsp_server.context import DiffusionServer, grammar_name, open_document, require, syntax_tree, tell
+from lsp_server.context import grammar_name, open_document, require, syntax_tree
+from lsp_server.protocol import DiffusionServer
 from lsp_server.service import REGION
 
 INLINE_EDIT = "diffusion/inlineEdit"  # custom request: next edit suggestion
+REGION_CANDIDATES = 8  # when the greedy fill of a region is blank: candidates to choose a parsing fill from
 MAX_INLINE_EDIT_CHARS = 2000  # a next-edit rewrites a statement, not a whole file
 _CONVERTER = converters.get_converter()
 
@@ -62,15 +62,14 @@ async def fill_all_holes(ls: DiffusionServer, uri: str) -> types.WorkspaceEdit |
     holes = find_holes(syntax_tree(ls, uri, doc)) if doc is not None else []
     if doc is None or not holes:
         return None
-    version, request = doc.version, InfillRequest(prefix=doc.source, language=grammar_name(doc))
-    answer = await ls.fills.fill(uri, request, replace(REGION, holes=tuple(holes)))
+    version = doc.version
+    request = InfillRequest(doc.source, language=grammar_name(doc), retry_candidates=REGION_CANDIDATES)
+    answer = await ls.fills.fill(uri, request, REGION, holes=holes)
     if answer is None or not _current(ls, uri, version):
         return None
     edits = [_text_edit(doc, h.start, h.end, fill) for h, fill in zip(holes, answer.holes, strict=True) if fill]
     if len(edits) < len(holes):
-        tell(
-            ls, f"no fill that parses for {len(holes) - len(edits)} of {len(holes)} holes; those were left as they are"
-        )
+        ls.tell(f"no fill that parses for {len(holes) - len(edits)} of {len(holes)} holes; those were left as they are")
     return _edit(ls, uri, version, edits, apply=True, label="Fill all holes") if edits else None
 
 
@@ -146,13 +145,20 @@ async def _replace(
     edit in the client. The range and version are those of the text the fill was made
     for; when the document changes meanwhile, the fill is dropped."""
     text, version = doc.source, doc.version
-    req = InfillRequest(text[:start], text[end:], grammar_name(doc), region=text[start:end], refine=refine)
+    req = InfillRequest(
+        text[:start],
+        text[end:],
+        grammar_name(doc),
+        region=text[start:end],
+        refine=refine,
+        retry_candidates=REGION_CANDIDATES,  # a blank fill would delete the region: never that
+    )
     answer = await ls.fills.fill(uri, req, REGION)
     if answer is None or not _current(ls, uri, version):
         return None
     if not answer.text:  # never delete the user's code for want of a fill
         if apply:
-            tell(ls, "no fill that parses here; the text was left as it is")
+            ls.tell("no fill that parses here; the text was left as it is")
         return None
     return _edit(ls, uri, version, [_text_edit(doc, start, end, answer.text)], apply)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 from lsprotocol import types
@@ -14,8 +14,9 @@ from pygls.workspace import TextDocument
 
 from engine.fill import InfillRequest
 from lsp_server import convert
-from lsp_server.context import DiffusionServer, grammar_name, language, open_document, require, syntax_tree
-from lsp_server.service import COMPLETION, INLINE
+from lsp_server.context import grammar_name, language, open_document, require, syntax_tree
+from lsp_server.protocol import DiffusionServer
+from lsp_server.service import COMPLETION, INLINE, INVOKED
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +42,12 @@ async def inline_completion(
     require(params, types.InlineCompletionParams)
     uri, settings = params.text_document.uri, ls.fills.settings
     invoked = ls.fills.take_ask(uri) or params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
-    at = cursor(ls, uri, params.position, params.context.selected_completion_info)
+    candidates = settings.alternatives if invoked else 1
+    at = cursor(ls, uri, params.position, params.context.selected_completion_info, candidates)
     if at is None:
         return None
-    kind = replace(INLINE, candidates=settings.alternatives, debounce=False) if invoked else INLINE
     drafts = _draft_sender(ls, uri, at.doc.version, at.where.position) if settings.drafts else None
-    answer = await ls.fills.fill(uri, at.request, kind, drafts)
+    answer = await ls.fills.fill(uri, at.request, INVOKED if invoked else INLINE, drafts)
     return convert.inline_items(answer, at.where) if answer else None
 
 
@@ -63,12 +64,16 @@ async def completion(ls: DiffusionServer, params: types.CompletionParams) -> typ
 
 
 def cursor(
-    ls: DiffusionServer, uri: str, position: types.Position, selected: types.SelectedCompletionInfo | None = None
+    ls: DiffusionServer,
+    uri: str,
+    position: types.Position,
+    selected: types.SelectedCompletionInfo | None = None,
+    candidates: int = 1,
 ) -> Cursor | None:
-    """The fill at `position` of the open document: None for an unknown document, a
-    language the settings leave out, or a selected item that does not end at the cursor.
-    selected: the completion item the user has selected in the popup; the fill continues
-    its text, and the items replace its range."""
+    """The fill at `position` of the open document, `candidates` of them: None for an
+    unknown document, a language the settings leave out, or a selected item that does not
+    end at the cursor. selected: the completion item the user has selected in the popup;
+    the fill continues its text, and the items replace its range."""
     doc = open_document(ls, uri)
     languages = ls.fills.settings.languages
     if doc is None or (languages and {language(doc).name, doc.language_id or ""}.isdisjoint(languages)):
@@ -86,6 +91,7 @@ def cursor(
         prefix=prefix,
         suffix=suffix,
         language=lang or language(doc).name,
+        candidates=candidates,
         document=syntax_tree(ls, uri, doc) if lang and selected is None else None,
         extra_files=_other_files(ls, doc) if engine is not None and engine.takes_extra_files else [],
     )

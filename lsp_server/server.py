@@ -27,7 +27,7 @@ from typing import Any
 from lsprotocol import types
 
 from lsp_server import actions, completion
-from lsp_server.context import DiffusionServer
+from lsp_server.protocol import DiffusionServer
 from lsp_server.settings import engine_changed, parse_settings
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ def initialize(ls: DiffusionServer, params: types.InitializeParams) -> None:
         settings = replace(settings, model=ls.model_override)
     ls.fills.configure(settings)
     for problem in problems:
-        ls.window_show_message(types.ShowMessageParams(types.MessageType.Warning, problem))
+        ls.tell(problem, types.MessageType.Warning)
 
 
 async def initialized(ls: DiffusionServer, params: types.InitializedParams) -> None:
@@ -135,7 +135,7 @@ def _apply_settings(ls: DiffusionServer, raw: Any, load: bool) -> None:
     old = ls.fills.settings
     settings, problems = parse_settings(raw, old)
     for problem in problems:
-        ls.window_show_message(types.ShowMessageParams(types.MessageType.Warning, problem))
+        ls.tell(problem, types.MessageType.Warning)
     ls.fills.configure(settings)
     if load and engine_changed(old, settings):
         ls.fills.ready.clear()  # requests wait for the new model
@@ -158,15 +158,10 @@ def _load_model(ls: DiffusionServer) -> None:
                 )
             except Exception:  # the client may not support progress: load anyway
                 token = ""
-            try:
-                error = ls.fills.load(ls.fills.settings)
-            except Exception as exc:  # a broken model directory must not hang the server
-                log.exception("model failed to load")
-                ls.fills.engine, ls.fills.load_error = None, f"the model failed to load: {exc}"
-                error = ls.fills.load_error
+            error = ls.fills.load(ls.fills.settings)  # never raises: a broken model must not hang the server
             if token:
                 ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=error or "ready"))
             if error:
-                ls.window_show_message(types.ShowMessageParams(types.MessageType.Error, f"diffusion-lsp: {error}"))
+                ls.tell(error, types.MessageType.Error)
         finally:
             ls.fills.ready.set()

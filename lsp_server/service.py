@@ -2,14 +2,16 @@
 one record per open document, and one entry, `fill`, for every feature. It knows LSP only
 as far as document URIs.
 
-- `fill(uri, request, kind)`: a feature says what it wants to fill (an `InfillRequest`)
-  and what kind of fill (`FillKind`: candidates, debounce, deadline, type-through, whether
-  a newer request supersedes it, the retry with more candidates when the greedy fill is
-  blank, holes filled jointly); the service waits for the engine, runs the fill on the
-  worker and drops an answer that a newer request or an edit made stale.
+- `fill(uri, request, kind, holes=...)`: a feature says what it wants filled (an
+  `InfillRequest`: the text, how many candidates, the retry with more when the greedy
+  fill is blank; and, for the joint fill, the holes) and how the fill is run (`FillKind`:
+  debounce, deadline, type-through, whether a newer request supersedes it); the service
+  waits for the engine, runs the fill on the worker and drops an answer that a newer
+  request or an edit made stale.
 - One worker runs fills one at a time (the engine and the machine's cores are shared).
-- One record per open document (`OpenDocument`): its syntax tree, the cancel flag of its
-  newest request, and the suggestion last shown; `forget` drops it when it closes.
+- One record per open document (`OpenDocument`): its syntax tree (`tree`, reparsed
+  incrementally), the cancel flag of its newest request, and the suggestion last shown;
+  `forget` drops it when it closes.
 - One cancellation mechanism, that flag: a new request (`begin`), an edit, a close or
   $/cancelRequest sets the previous request's flag; the sampler checks it between
   denoising steps, a debounced request before it starts, and an answer before it goes out.
@@ -17,15 +19,18 @@ as far as document URIs.
   suggestion, the rest is the answer at once, with no engine call.
 - The engine is an `engine.fill.Engine`, whatever it fills with (the local model or a
   remote server): its options are mapped from the settings here, once per change.
+- What the user must be told (an engine fault, once) goes to `notify`: the server's one
+  path for telling (DiffusionServer.tell); without a server it is logged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,14 +39,12 @@ from engine.candidate import Candidate, Shown
 from engine.errors import EngineError
 from engine.fill import Engine, FillControl, FillOptions, InfillRequest
 from engine.local.generator import local_engine
-from engine.models.directory import load_model
+from engine.models.loading import load_model
 from engine.remote.generator import RemoteConfig, remote_engine
-from engine.spans import Document, Span, fill_holes_jointly, language_for
+from engine.spans import Document, Language, Span, fill_holes_jointly, language_for
 from lsp_server.settings import Settings
 
 log = logging.getLogger(__name__)
-
-REGION_CANDIDATES = 8  # code actions: candidates to choose a non-blank, parsing fill from
 
 Drafts = Callable[[int, list[str]], None]
 
@@ -50,7 +53,7 @@ Drafts = Callable[[int, list[str]], None]
 class OpenDocument:
     """What the server keeps for one open document."""
 
-    tree: Document | None = None  # its syntax tree, reparsed incrementally (lsp_server.context)
+    tree: Document | None = None  # its syntax tree, reparsed incrementally (FillService.tree)
     request: threading.Event | None = None  # the cancel flag of its newest request
     shown: Shown | None = None  # the last suggestion returned, for type-through
     asked: bool = False  # the user asked for a suggestion (diffusion.suggestNow): the next is Invoked
@@ -58,26 +61,24 @@ class OpenDocument:
 
 @dataclass(frozen=True)
 class FillKind:
-    """What a feature wants of a fill."""
+    """How a feature wants its fill run. What to fill, and how many candidates, are the
+    request's (`InfillRequest.candidates`, `retry_candidates`), set by the handler."""
 
-    candidates: int = 1
     debounce: bool = False  # wait debounceMs first, and give up if a newer request or an edit came
     timed: bool = True  # the settings' deadline applies (typing); a command the user asked for runs to its end
     type_through: bool = False  # answer from the last suggestion when the user typed its start (and remember it)
     supersede: bool = False  # the document's newest request: an edit, a newer one or $/cancelRequest stops it
-    retry_candidates: int = 0  # when no candidate is non-blank, once more with this many (a blank fill deletes)
-    holes: tuple[Span, ...] = ()  # fill these holes of request.prefix jointly (engine.spans.fill_holes_jointly)
 
 
-INLINE = FillKind(debounce=True, type_through=True, supersede=True)
-COMPLETION = FillKind(type_through=True, supersede=True)
-REGION = FillKind(timed=False, retry_candidates=REGION_CANDIDATES)
+INLINE = FillKind(debounce=True, type_through=True, supersede=True)  # ghost text while typing
+INVOKED = FillKind(type_through=True, supersede=True)  # ghost text the user asked for: no debounce
+COMPLETION = FillKind(type_through=True, supersede=True)  # the completion item: no debounce
+REGION = FillKind(timed=False)  # code actions and next edit: run to the end
 
 
 @dataclass
 class FillAnswer:
     candidates: list[Candidate]
-    from_type_through: bool = False
     holes: list[str | None] = field(default_factory=list)  # per hole: its fill, or None (left as it is)
 
     @property
@@ -107,7 +108,7 @@ class FillService:
         self.engine_calls = 0
         self.docs: dict[str, OpenDocument] = {}
         self._lock = threading.Lock()
-        self.notify: Callable[[str], None] | None = None  # tells the user (the server's showMessage)
+        self.notify: Callable[[str], None] = _log_warning  # tells the user (the server sets DiffusionServer.tell)
         self._last_error: str | None = None  # an engine fault is told once, until a fill works again
 
     # -- engine and settings
@@ -122,35 +123,16 @@ class FillService:
         returns an error message, or None."""
         self.settings = settings
         old, self.engine = self.engine, None
-        if old is not None:
-            old.close()
-        options = options_from(settings)
         try:
-            if settings.endpoint:
-                engine = remote_engine(
-                    RemoteConfig(
-                        endpoint=settings.endpoint,
-                        dialect=settings.dialect,  # type: ignore[arg-type]
-                        model=settings.remote_model,
-                        path=settings.endpoint_path,
-                        api_key_env=settings.api_key_env,
-                        timeout_s=settings.request_timeout_ms / 1000,
-                        verify_tls=settings.tls_verify,
-                    ),
-                    options,
-                )
-                where = f"{settings.endpoint} ({settings.dialect})"
-            else:
-                model = load_model(
-                    Path(settings.model) if settings.model else None,
-                    settings.backend,
-                    settings.device,
-                    settings.quantization,
-                )
-                engine, where = local_engine(model, options), f"{model.path} ({model.backend} backend)"
+            if old is not None:
+                old.close()
+            engine, where = _make_engine(settings)
         except EngineError as exc:
             self.load_error = str(exc)
-            log.error("engine not loaded: %s", exc)
+            return self.load_error
+        except Exception as exc:  # a broken model directory must not hang the server
+            log.exception("the model failed to load")  # a bug's traceback, for the log
+            self.load_error = f"the model failed to load: {exc}"
             return self.load_error
         self.engine, self.load_error, self._last_error = engine, None, None
         log.info("fills from %s", where)
@@ -166,6 +148,22 @@ class FillService:
         """The record of an open document (made on first use)."""
         with self._lock:
             return self.docs.setdefault(uri, OpenDocument())
+
+    def tree(self, uri: str, text: str, language: Language, version: int) -> Document:
+        """The syntax tree of an open document at `version`, reparsed incrementally from
+        the previous version's. Each version is a new object, so a fill on the worker
+        thread keeps a consistent text and tree while edits arrive."""
+        record = self.document(uri)
+        cached = record.tree
+        if cached is not None and cached.version == version and cached.text == text:
+            return cached
+        if cached is None:
+            tree = Document(text, language, version)
+        else:
+            tree = copy.copy(cached)
+            tree.update(text, version)
+        record.tree = tree
+        return tree
 
     def begin(self, uri: str) -> threading.Event:
         """A new request for `uri`: the older one is cancelled; returns the new one's flag."""
@@ -221,23 +219,29 @@ class FillService:
 
     # -- the one fill entry
     async def fill(
-        self, uri: str, req: InfillRequest, kind: FillKind, on_draft: Drafts | None = None
+        self,
+        uri: str,
+        req: InfillRequest,
+        kind: FillKind,
+        on_draft: Drafts | None = None,
+        holes: Sequence[Span] = (),
     ) -> FillAnswer | None:
-        """A fill of the kind a feature wants, or None: superseded, stale, no engine, or an
-        engine bug (logged; the server goes on). `on_draft(step, texts)` is called on the
-        worker at each denoising step."""
+        """The fill `req` asks for, run as `kind` says, or None: superseded, stale, no
+        engine, or an engine bug (logged; the server goes on). `holes`: fill these holes of
+        `req.prefix` jointly (engine.spans.fill_holes_jointly), each a request like `req`.
+        `on_draft(step, texts)` is called on the worker at each denoising step."""
         flag = self.begin(uri) if kind.supersede else threading.Event()
         if kind.type_through:
             rest = self.type_through(uri, req.prefix, req.suffix)
             if rest is not None:
-                return FillAnswer([Candidate(text=rest, token_ids=[], confidence=[])], from_type_through=True)
+                return FillAnswer([Candidate(text=rest, token_ids=[], confidence=[])])
         if kind.debounce and self.settings.debounce_ms:
             await asyncio.sleep(self.settings.debounce_ms / 1000)
             if flag.is_set():
                 return None
         await self.wait_ready()
         try:
-            answer = await asyncio.wrap_future(self.worker.submit(self._run, uri, req, kind, flag, on_draft))
+            answer = await asyncio.wrap_future(self.worker.submit(self._run, uri, req, kind, holes, flag, on_draft))
         except asyncio.CancelledError:  # $/cancelRequest: stop this fill (not a newer one) between steps
             flag.set()
             raise
@@ -247,19 +251,25 @@ class FillService:
         return None if answer is None or flag.is_set() else answer
 
     def _run(
-        self, uri: str, req: InfillRequest, kind: FillKind, flag: threading.Event, on_draft: Drafts | None
+        self,
+        uri: str,
+        req: InfillRequest,
+        kind: FillKind,
+        holes: Sequence[Span],
+        flag: threading.Event,
+        on_draft: Drafts | None,
     ) -> FillAnswer | None:
         """On the worker: the fill (or the joint fill of holes), unless superseded first."""
         if self.engine is None or flag.is_set():
             return None
         control = FillControl(cancel=flag.is_set if kind.supersede else None, on_draft=on_draft)
-        if kind.holes:
+        if holes:
 
             def region(prefix: str, suffix: str, refine: str | None, replaced: str) -> str:
                 sub = replace(req, prefix=prefix, suffix=suffix, region=replaced, refine=refine is not None)
                 return self._once(sub, kind, control).text
 
-            return FillAnswer([], holes=fill_holes_jointly(req.prefix, list(kind.holes), region))
+            return FillAnswer([], holes=fill_holes_jointly(req.prefix, list(holes), region))
         answer = self._once(req, kind, control)
         if kind.type_through and answer.candidates and not flag.is_set():
             with self._lock:
@@ -269,17 +279,17 @@ class FillService:
         return answer
 
     def _once(self, req: InfillRequest, kind: FillKind, control: FillControl) -> FillAnswer:
-        """One engine fill, with the settings' deadline when the kind is timed; when the
-        kind retries, the engine tries the greedy fill alone first (the most likely fill
-        is the first candidate anyway, and sampled rows cost most of a many-candidate
-        fill's steps), the others only when it is blank."""
+        """One engine fill, with the settings' deadline when the kind is timed. A request
+        with `retry_candidates` (a code action's) is retried inside the engine: its greedy
+        fill alone first (the most likely fill is the first candidate anyway, and sampled
+        rows cost most of a many-candidate fill's steps), the others only when it is blank."""
         engine = self.engine
         if engine is None:
             return FillAnswer([])
         if kind.timed:
             control = replace(control, deadline=time.monotonic() + self.settings.deadline_ms / 1000)
         self.engine_calls += 1
-        result = engine.fill(replace(req, candidates=kind.candidates, retry_candidates=kind.retry_candidates), control)
+        result = engine.fill(req, control)
         self.engine_calls += int(result.retried)
         self._report(result.error)
         return FillAnswer(result.candidates)
@@ -292,6 +302,29 @@ class FillService:
             return
         if error != self._last_error:
             self._last_error = error
-            log.warning("%s", error)
-            if self.notify is not None:
-                self.notify(error)
+            self.notify(error)
+
+
+def _log_warning(message: str) -> None:
+    log.warning("%s", message)
+
+
+def _make_engine(settings: Settings) -> tuple[Engine, str]:
+    """The engine the settings name (a remote endpoint, or a model directory) and where
+    its fills come from, for the log."""
+    options = options_from(settings)
+    if settings.endpoint:
+        config = RemoteConfig(
+            endpoint=settings.endpoint,
+            dialect=settings.dialect,  # type: ignore[arg-type]
+            model=settings.remote_model,
+            path=settings.endpoint_path,
+            api_key_env=settings.api_key_env,
+            timeout_s=settings.request_timeout_ms / 1000,
+            verify_tls=settings.tls_verify,
+        )
+        return remote_engine(config, options), f"{settings.endpoint} ({settings.dialect})"
+    model = load_model(
+        Path(settings.model) if settings.model else None, settings.backend, settings.device, settings.quantization
+    )
+    return local_engine(model, options), f"{model.path} ({model.backend} backend)"

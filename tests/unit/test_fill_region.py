@@ -1,7 +1,7 @@
-"""FillService.fill of the REGION kind (code actions), through the engine's retry: the
-greedy fill alone first, the sampled candidates only when it gives nothing usable. A fake
-generator with known answers behind the real Engine; the real engine's candidates are
-tested in tests/engine."""
+"""FillService.fill of a code action's request (REGION kind, `retry_candidates` set by the
+handler), through the engine's retry: the greedy fill alone first, the sampled candidates
+only when it gives nothing usable. A fake generator with known answers behind the real
+Engine; the real engine's candidates are tested in tests/engine."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import asyncio
 
 from engine.candidate import Candidate
 from engine.fill import Engine, FillLimits, InfillRequest, InfillResult, Job
-from lsp_server.service import REGION, REGION_CANDIDATES, FillService
+from lsp_server.actions import REGION_CANDIDATES
+from lsp_server.service import REGION, FillService
 
 
 class AnswerBook:
@@ -52,7 +53,8 @@ def service(engine: AnswerBook) -> FillService:
 
 
 def region(fills: FillService, prefix: str, suffix: str, region: str = "") -> str:
-    answer = asyncio.run(fills.fill("file:///a.py", InfillRequest(prefix, suffix, "python", region=region), REGION))
+    request = InfillRequest(prefix, suffix, "python", region=region, retry_candidates=REGION_CANDIDATES)
+    answer = asyncio.run(fills.fill("file:///a.py", request, REGION))
     assert answer is not None
     return answer.text
 
