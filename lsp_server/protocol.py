@@ -3,8 +3,8 @@
 - `DiffusionServer`: pygls's `LanguageServer` with the fill service (`fills`) and
   `tell`, the one way anything is told to the user: logged and shown.
 - `TolerantProtocol`: pygls's protocol, patched so that every request gets an answer
-  (bad params: InvalidParams; a notification sent as a request: InvalidRequest) and
-  shutdown does not fail on the requests it cancels.
+  (bad params or a command's missing arguments: InvalidParams; a notification sent as a
+  request: InvalidRequest) and shutdown does not fail on the requests it cancels.
 """
 
 from __future__ import annotations
@@ -60,6 +60,15 @@ class TolerantProtocol(LanguageServerProtocol):
             self._send_response(data["id"], None, wrong.to_response_error())
             return _Unreadable()
         return message
+
+    @lsp_method(types.WORKSPACE_EXECUTE_COMMAND)
+    def lsp_workspace__execute_command(self, params: types.ExecuteCommandParams) -> Generator[Any, Any, Any]:
+        """pygls calls a command sent without `arguments` with no arguments at all, and a
+        command that takes some fails inside the server (an internal error); taken as an
+        empty list, the missing arguments are InvalidParams, as a wrong count is."""
+        if params.arguments is None:
+            params = types.ExecuteCommandParams(params.command, [], params.work_done_token)
+        return (yield from super().lsp_workspace__execute_command(params))
 
     @lsp_method(types.SHUTDOWN)
     def lsp_shutdown(self, *args: Any) -> Generator[Any, Any, None]:
