@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .settings import OPTIONS, Client, Option, Settings
+from .settings import OPTIONS, Client, Option, Settings, schema_property
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMAND = "python -m lsp_server.gen_settings"
@@ -173,20 +173,10 @@ def _emacs_default_cell(opt: Option) -> str:
 
 
 def vscode_property(opt: Option) -> dict[str, Any]:
-    """The package.json property of one setting: the JSON Schema of the server (types, range,
-    choices), VS Code's default for it and its description, Markdown where it quotes code."""
-    base = {"strings": "array"}.get(opt.kind, opt.kind)
-    prop: dict[str, Any] = {"type": [base, "null"] if opt.nullable else base}
-    if opt.kind == "strings":
-        prop["items"] = {"type": "string"}
-    if opt.choices is not None:
-        prop["enum"] = [*opt.choices, None] if opt.nullable else list(opt.choices)
-    default = _client_default(opt, "vscode")
-    prop["default"] = list(default) if isinstance(default, list) else default
-    if opt.minimum is not None:
-        prop["minimum"] = opt.minimum
-    if opt.maximum is not None:
-        prop["maximum"] = opt.maximum
+    """The package.json property of one setting: the server's JSON Schema of it (types, range,
+    choices: lsp_server.settings.schema_property) with VS Code's default for it, and its
+    description, Markdown where it quotes code."""
+    prop = schema_property(opt, _client_default(opt, "vscode"))
     text = opt.description + (f" Unset: {opt.unset}." if opt.nullable else "")
     prop["markdownDescription" if "`" in text else "description"] = text
     return prop

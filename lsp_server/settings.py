@@ -3,10 +3,11 @@ workspace/configuration (section `diffusionLsp`). An invalid value is reported (
 and its default used; unknown keys are ignored.
 
 `OPTIONS` is the one description of every setting: its key on the wire, its type, its
-range or choices and its meaning. Validation is derived from it, `settings_schema()` gives
-it as JSON Schema, and `python -m lsp_server.gen_settings` writes every editor client's copy
-from it (VS Code's package.json and config.ts, the Emacs defcustoms, the Neovim help) and the
-settings tables of the docs; `--check` (in CI and tests/unit/test_settings_schema.py) fails
+range or choices and its meaning. Validation is derived from it; `SCHEMA` is it as JSON
+Schema, built once at import from `schema_property`, which VS Code's package.json uses too;
+and `python -m lsp_server.gen_settings` writes every editor client's copy from it (VS
+Code's package.json and config.ts, the Emacs defcustoms, the Neovim help) and the settings
+tables of the docs; `--check` (in CI and tests/unit/test_settings_schema.py) fails
 when one is stale. A new setting is a field of `Settings` and an `Option` here, then that
 command.
 """
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from engine.decoding import STRATEGIES
-from engine.models.directory import BACKENDS, QUANTIZATIONS
+from engine.models.table import BACKENDS, QUANTIZATIONS
 from engine.remote.generator import DIALECTS
 
 
@@ -100,7 +101,10 @@ OPTIONS: tuple[Option, ...] = (
         "model",
         "string",
         nullable=True,
-        description="Model directory: the embedded architecture or a DiffusionGemma checkpoint.",
+        description=(
+            "Model directory. A model of the embedded architecture, a DiffusionGemma checkpoint, or a Dream,"
+            " Qwen2 or Llama checkpoint (run by the `dream` backend)."
+        ),
         unset="the shipped model",
         path=True,
     ),
@@ -273,6 +277,7 @@ OPTIONS: tuple[Option, ...] = (
     ),
 )
 _BY_KEY = {o.key: o for o in OPTIONS}
+_BY_NAME = {o.name: o for o in OPTIONS}
 _DEFAULTS = Settings()
 
 
@@ -293,25 +298,27 @@ def _check(opt: Option, value: Any) -> str | None:
     return None if isinstance(value, str) else "a string"
 
 
-def settings_schema() -> dict[str, Any]:
-    """The settings as JSON Schema properties, keyed by their names on the wire."""
-    out: dict[str, Any] = {}
-    for opt in OPTIONS:
-        base = {"strings": "array"}.get(opt.kind, opt.kind)
-        prop: dict[str, Any] = {"type": [base, "null"] if opt.nullable else base}
-        default = getattr(_DEFAULTS, opt.name)
-        prop["default"] = list(default) if isinstance(default, list) else default
-        if opt.kind == "strings":
-            prop["items"] = {"type": "string"}
-        if opt.minimum is not None:
-            prop["minimum"] = opt.minimum
-        if opt.maximum is not None:
-            prop["maximum"] = opt.maximum
-        if opt.choices is not None:
-            prop["enum"] = [*opt.choices, None] if opt.nullable else list(opt.choices)
-        prop["description"] = opt.description
-        out[opt.key] = prop
-    return out
+def schema_property(opt: Option, default: Any) -> dict[str, Any]:
+    """One setting as a JSON Schema property (its type, choices, default and range; no
+    description), with `default` as its default: the server's, or a client's own."""
+    base = {"strings": "array"}.get(opt.kind, opt.kind)
+    prop: dict[str, Any] = {"type": [base, "null"] if opt.nullable else base}
+    if opt.kind == "strings":
+        prop["items"] = {"type": "string"}
+    if opt.choices is not None:
+        prop["enum"] = [*opt.choices, None] if opt.nullable else list(opt.choices)
+    prop["default"] = list(default) if isinstance(default, list) else default
+    if opt.minimum is not None:
+        prop["minimum"] = opt.minimum
+    if opt.maximum is not None:
+        prop["maximum"] = opt.maximum
+    return prop
+
+
+# The settings as JSON Schema properties, keyed by their names on the wire; built once, here.
+SCHEMA: dict[str, dict[str, Any]] = {
+    opt.key: {**schema_property(opt, getattr(_DEFAULTS, opt.name)), "description": opt.description} for opt in OPTIONS
+}
 
 
 def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, list[str]]:
@@ -323,11 +330,10 @@ def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, li
     if not isinstance(raw, dict):
         return base, ["diffusionLsp settings must be an object; using the defaults"]
     raw = raw.get("diffusionLsp", raw)
-    names = {o.name: o for o in OPTIONS}
     changes: dict[str, Any] = {}
     problems: list[str] = []
     for key, value in raw.items():
-        opt = _BY_KEY.get(key) or names.get(key)
+        opt = _BY_KEY.get(key) or _BY_NAME.get(key)
         if opt is None:
             continue
         why = _check(opt, value)

@@ -87,7 +87,9 @@ listed here is served by diffusion-lsp instead of its usual server."
 
 ;; settings:begin: generated from lsp_server/settings.py by lsp_server/gen_settings.py
 (defcustom diffusion-lsp-model nil
-  "Model directory: the embedded architecture or a DiffusionGemma checkpoint.
+  "Model directory.
+A model of the embedded architecture, a DiffusionGemma checkpoint, or
+a Dream, Qwen2 or Llama checkpoint (run by the `dream' backend).
 A directory; nil: the shipped model."
   :type '(choice (const :tag "The shipped model" nil) directory))
 

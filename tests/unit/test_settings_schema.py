@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lsp_server import gen_settings
-from lsp_server.settings import OPTIONS, Settings, parse_settings, settings_schema
+from lsp_server.settings import OPTIONS, SCHEMA, Settings, parse_settings
 
 from ..conftest import ROOT
 
@@ -74,7 +74,7 @@ def test_main_check_names_each_stale_file(tmp_path: Path, capsys: pytest.Capture
 def test_vscode_package_json_declares_each_setting_as_the_server_reads_it() -> None:
     props = json.loads((ROOT / "editors/vscode/package.json").read_text())["contributes"]["configuration"]["properties"]
     vscode_defaults = {"drafts": True}  # VS Code shows drafts as faded text, on purpose
-    for key, want in settings_schema().items():
+    for key, want in SCHEMA.items():
         got = props.get(f"diffusionLsp.{key}")
         assert got is not None, f"package.json lacks diffusionLsp.{key}"
         for attr in ("type", "minimum", "maximum", "enum", "items"):
