@@ -39,6 +39,7 @@ from engine.local.cache import DEFAULT_MAX_BYTES, ContextCache
 from engine.local.length import DEFAULT_QUANTILE, DEFAULT_SLACK, fitted_length
 from engine.local.sampler import (
     SampleResult,
+    Steering,
     StepView,
     initial_canvas,
     log_softmax,
@@ -406,21 +407,19 @@ class LocalGenerator:
                 rows = to_numpy(view.argmax_canvas)
                 cb(view.step, [self._decode_row(r)[0] for r in rows])
 
-        common: dict[str, Any] = {
-            "greedy_rows": self.den.as_array(greedy_rows),
-            "row_temperature": row_temperature,
-            "deadline": control.deadline,
-            "cancel": control.cancel,
-            "on_step": on_step,
-        }
-        stop = self.tok.line_break_ids if one_line else frozenset()
+        steer = Steering(
+            greedy_rows=self.den.as_array(greedy_rows),
+            row_temperature=row_temperature,
+            deadline=control.deadline,
+            cancel=control.cancel,
+            on_step=on_step,
+            stop_after=self.tok.line_break_ids if one_line else frozenset(),  # the one-token loops only
+        )
         if cfg.strategy == "autoregressive" and not job.request.refine:
-            return run_autoregressive(self.den, state, c, cfg, rng, batch=b, stop_after=stop, **common)
+            return run_autoregressive(self.den, state, c, cfg, rng, batch=b, steer=steer)
         if cfg.strategy == "verified" and not job.request.refine:
             fit = self._draft_length(job.options)
-            return run_verified(
-                self.den, state, prompt, c, cfg, rng, batch=b, stop_after=stop, fit=fit, stats=stats, **common
-            )
+            return run_verified(self.den, state, prompt, c, cfg, rng, batch=b, steer=steer, fit=fit, stats=stats)
         draft = None
         if proposal:
             mask = np.zeros((b, c), dtype=bool)
@@ -428,7 +427,7 @@ class LocalGenerator:
             draft = self.den.as_array(mask)
         if cfg.strategy in ONE_TOKEN_STRATEGIES:  # a refinement keeps tokens in place: on the canvas, left to right
             cfg = replace(cfg, strategy="left_to_right")
-        return run(self.den, state, canvas, cfg, rng, fixed=fixed, draft=draft, **common)
+        return run(self.den, state, canvas, cfg, rng, fixed=fixed, draft=draft, steer=steer)
 
     def _ranked(
         self, control: FillControl, result: SampleResult, state: Any, greedy: int = 1

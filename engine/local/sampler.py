@@ -10,17 +10,20 @@ Two loops, chosen by the sampler's strategy (a model directory's config.json set
   the autoregressive mode. A canvas of C tokens is denoised against the cached context,
   many tokens per step. A canvas default is planned.
 
-Both loops stop early on the same check between steps (`stop_requested`): the cancel
+Both loops take the caller's `Steering` alike (greedy rows, per-row temperature,
+deadline, cancel, a step observer, and for one token at a time the tokens that end a
+row), and stop early on the same check between steps (`Steering.stopped`): the cancel
 callback first, then the deadline.
 
-The autoregressive loop, per row (`run_autoregressive`; rows one after the other):
-  1. stop if `stop_requested` says so;
+The autoregressive loop, per row (`run_autoregressive`; rows one after the other,
+each in `_one_token_row`):
+  1. stop if the steering says so (`Steering.stopped`);
   2. temper the next position's logits, bar suppressed tokens and the mask (and
      end-of-fill and padding before min_tokens);
   3. take the argmax (greedy, or the greedy row) or sample from the softmax;
   4. end the row at end-of-fill or padding (written as end-of-fill), after a token of
-     `stop_after`, or at the canvas length; else extend the encoder's state by the
-     token, which gives the next position's logits.
+     `Steering.stop_after`, or at the canvas length; else extend the encoder's state by
+     the token, which gives the next position's logits.
 The result has the canvas's shape (the fill, end-of-fill, padding), so everything above
 the sampler treats both loops' answers alike.
 
@@ -39,7 +42,7 @@ DiffusionGemma path samples on the GPU). Random numbers come from the backend's
   `DiffusionGemmaForBlockDiffusion.generate`.
 
 The canvas loop, step by step (`run`):
-  1. stop if `stop_requested` says so;
+  1. stop if the steering says so (`Steering.stopped`);
   2. one forward pass of the canvas against the cached context -> logits (B, C, V);
   3. divide by the step's temperature (linear schedule from t_max down to t_min);
   4. draw the denoiser canvas (sampled, or argmax when greedy) and the argmax canvas;
@@ -315,12 +318,71 @@ class StableAndConfident:
 def stop_requested(cancel: Callable[[], bool] | None, deadline: float | None) -> StopReason | None:
     """Why a loop must stop before its next step, or None: "cancelled" when the cancel
     callback says so (asked first), "deadline" when time.monotonic() has reached the
-    deadline. Both loops, `run` and `run_autoregressive`, ask it between steps."""
+    deadline. Every loop asks it between steps (through `Steering.stopped`)."""
     if cancel is not None and cancel():
         return "cancelled"
     if deadline is not None and time.monotonic() >= deadline:
         return "deadline"
     return None
+
+
+@dataclass(frozen=True)
+class Steering:
+    """How a caller steers the decoding loops (`run`, `run_autoregressive`, and
+    engine.local.verify's `run_verified`) beyond the sampler's settings: which rows are
+    greedy and how hot the others are, when to stop early, who watches the steps, and
+    (the one-token loops only) which tokens end a row. The default steers nothing.
+
+    greedy_rows: (B,) bool backend array, rows that take the argmax even when cfg.greedy
+        is False (the first of several candidates is the most likely fill).
+    row_temperature: (B, 1, 1) float backend array, a per-row factor on the schedule's
+        temperature (1.0 for the greedy row, higher for sampled candidates); None: 1.0.
+    deadline: time.monotonic() value after which the loop stops with what it has.
+    cancel: checked between steps; True stops the loop.
+    on_step: called after each step with what the loop has so far.
+    stop_after: the one-token loops end a row after one of these tokens, keeping it (a
+        line break where the span is one line, which the span check cuts at anyway);
+        the canvas loop, which has no order to stop in, ignores it.
+    """
+
+    greedy_rows: Any | None = None
+    row_temperature: Any | None = None
+    deadline: float | None = None
+    cancel: Callable[[], bool] | None = None
+    on_step: Callable[[StepView], None] | None = None
+    stop_after: frozenset[int] = frozenset()
+
+    def stopped(self) -> StopReason | None:
+        """Why the loop must stop before its next step, or None (`stop_requested`)."""
+        return stop_requested(self.cancel, self.deadline)
+
+    def show(self, step: int, argmax_canvas: Any, canvas: Any) -> None:
+        """Tell the observer, if there is one, what step `step` left."""
+        if self.on_step is not None:
+            self.on_step(StepView(step=step, argmax_canvas=argmax_canvas, canvas=canvas))
+
+    def show_rows(self, step: int, denoiser: Any, rows: np.ndarray) -> None:
+        """The one-token loops' view: the rows decoded so far (on the host) are both the
+        canvas and its argmax, made a backend array only when someone watches."""
+        if self.on_step is not None:
+            view = denoiser.as_array(rows)
+            self.on_step(StepView(step=step, argmax_canvas=view, canvas=view))
+
+    def row_settings(self, batch: int) -> tuple[np.ndarray, np.ndarray]:
+        """(temperature factor, greedy) per row, on the host."""
+        temps = np.ones(batch, dtype=np.float32)
+        if self.row_temperature is not None:
+            temps = to_numpy(self.row_temperature).reshape(-1)
+        greedy = np.zeros(batch, dtype=bool) if self.greedy_rows is None else to_numpy(self.greedy_rows).reshape(-1)
+        return temps, greedy
+
+    def one_token_rows(self, batch: int, cfg: SamplerConfig) -> list[tuple[float, bool]]:
+        """(temperature, greedy) of each row in the one-token loops: one token at a time
+        has no step schedule, so the schedule's first temperature times the row's factor;
+        greedy when the sampler or the row says."""
+        temps, greedy = self.row_settings(batch)
+        temp = cfg.temperature(cfg.max_steps)
+        return [(temp * float(temps[r]), bool(cfg.greedy or greedy[r])) for r in range(batch)]
 
 
 def initial_canvas(
@@ -346,11 +408,7 @@ def run(
     *,
     fixed: Any | None = None,
     draft: Any | None = None,
-    greedy_rows: Any | None = None,
-    row_temperature: Any | None = None,
-    deadline: float | None = None,
-    cancel: Callable[[], bool] | None = None,
-    on_step: Callable[[StepView], None] | None = None,
+    steer: Steering = Steering(),
 ) -> SampleResult:
     """Denoise `canvas` (B, C) against the encoded context `state`.
 
@@ -359,76 +417,105 @@ def run(
     draft: (B, C) bool, positions holding drafter proposals: visible to the model on the
         first step and kept there only where its argmax agrees (absorbing regime); in
         the uniform regime they are simply the starting tokens.
-    greedy_rows: (B,) bool, rows that take the argmax even when cfg.greedy is False
-        (the first of several candidates is the most likely fill).
-    row_temperature: (B, 1, 1) float, a per-row factor on the schedule's temperature
-        (1.0 for the greedy row, higher for sampled candidates); None: 1.0 for all.
-    deadline: time.monotonic() value after which the loop stops with what it has.
-    cancel: checked between steps; True stops the loop.
+    steer: greedy rows, per-row temperature, deadline, cancel and the step observer
+        (`Steering`).
     """
     if cfg.strategy in ONE_TOKEN_STRATEGIES:
         loop = "run_autoregressive" if cfg.strategy == "autoregressive" else "engine.local.verify.run_verified"
         raise ValueError(f"the {cfg.strategy} strategy decodes through {loop}, not a canvas")
     xp = array_api_compat.array_namespace(canvas)
-    dev = array_api_compat.device(canvas)
-    b, c = canvas.shape
-    no = xp.zeros((b, c), dtype=xp.bool, device=dev)
+    no = xp.zeros(canvas.shape, dtype=xp.bool, device=array_api_compat.device(canvas))
     fixed = no if fixed is None else fixed
     draft = no if draft is None else xp.logical_and(draft, xp.logical_not(fixed))
     regime_type = _Absorbing if denoiser.info.regime == "absorbing" else _Uniform
-    regime = regime_type(denoiser.info, cfg, rng, canvas, fixed, greedy_rows, row_temperature)
-    confidence = xp.where(fixed, xp.ones((b, c), dtype=xp.float32, device=dev), 0.0)
-    argmax_canvas = canvas
-    locked = fixed  # positions that no longer change (absorbing: fixed and locked ones)
-    finished = no[:, 0]
+    regime = regime_type(denoiser.info, cfg, rng, canvas, fixed, steer)
+    st = _CanvasState.start(canvas, fixed)
     stopper = StableAndConfident(cfg.stability_threshold, cfg.stop_entropy)
-    row_steps = xp.zeros((b,), dtype=xp.int64, device=dev)
     reason: StopReason = "max_steps"
     steps = 0
     for step in range(cfg.max_steps):
         # 1. cancel and deadline, checked between steps
-        if (stop := stop_requested(cancel, deadline)) is not None:
+        if (stop := steer.stopped()) is not None:
             reason = stop
             break
         # 2. forward pass of the canvas only
-        logits = denoiser.denoise(state, canvas, regime.self_cond)
+        logits = denoiser.denoise(state, st.canvas, regime.self_cond)
         steps += 1
-        row_steps = row_steps + xp.astype(xp.logical_not(finished), xp.int64)
+        st.row_steps = st.row_steps + xp.astype(xp.logical_not(st.finished), xp.int64)
         # 3-4. temperature, the denoiser canvas (sampled, or argmax when greedy), and each
         # position's entropy and log-probabilities
-        sc = regime.score(logits, cfg.temperature(cfg.max_steps - step), canvas, locked, finished)
-        # 5. which positions to accept: the strategy's, then the regime's own rule
-        open_ = regime.open(locked)
-        accept = select_positions(cfg.strategy, cfg, sc.ent, xp.exp(sc.top_lp), regime.choosable(open_, sc))
-        accept, pred = regime.decide(accept, sc, open_)
-        if step == 0:
-            # drafts the model agrees with, confidently, are verified in this one pass
-            agree = xp.logical_and(pred == canvas, xp.exp(sc.pred_lp) >= cfg.draft_confidence)
-            accept = xp.logical_or(accept, xp.logical_and(draft, agree))
-        # 6. update the canvas; rows that already finished keep their values (as
-        # transformers does)
-        new_canvas, new_locked, new_argmax, new_confidence = regime.update(canvas, locked, accept, pred, sc, confidence)
-        keep = xp.expand_dims(finished, axis=-1)
-        new_argmax = xp.where(keep, argmax_canvas, new_argmax)
-        canvas = xp.where(keep, canvas, new_canvas)
-        locked = xp.where(keep, locked, new_locked)
-        confidence = xp.where(keep, confidence, new_confidence)
-        regime.keep(keep)
+        sc = regime.score(logits, cfg.temperature(cfg.max_steps - step), st.canvas, st.locked, st.finished)
+        # 5. which positions to accept
+        accept, pred = _accepted(regime, sc, st, draft if step == 0 else None)
+        # 6. update the canvas
+        st.update(regime, accept, pred, sc)
         # 7. stopping
-        finished = xp.logical_or(finished, regime.stop(stopper(new_argmax, sc.ent), locked))
-        argmax_canvas = new_argmax
-        if on_step is not None:
-            on_step(StepView(step=step, argmax_canvas=argmax_canvas, canvas=canvas))
-        if bool(xp.all(finished)):
-            reason = "complete" if regime.complete(locked) else "stable"
+        st.finished = xp.logical_or(st.finished, regime.stop(stopper(st.argmax_canvas, sc.ent), st.locked))
+        steer.show(step, st.argmax_canvas, st.canvas)
+        if bool(xp.all(st.finished)):
+            reason = "complete" if regime.complete(st.locked) else "stable"
             break
-    return SampleResult(
-        tokens=to_numpy(regime.tokens(canvas, locked, argmax_canvas)).astype(np.int64),
-        confidence=to_numpy(confidence).astype(np.float32),
-        steps=steps,
-        stop_reason=reason,
-        row_steps=[int(v) for v in to_numpy(row_steps)],
-    )
+    return st.result(regime, steps, reason)
+
+
+def _accepted(regime: _Regime, sc: _Scores, st: _CanvasState, draft: Any | None) -> tuple[Any, Any]:
+    """Step 5 of `run`: (the positions to accept, the tokens they take): the strategy's
+    pick, then the regime's own rule; on the first step (`draft` given) also the drafts
+    the model agrees with, confidently (they are verified in this one pass)."""
+    xp, cfg = regime.xp, regime.cfg
+    open_ = regime.open(st.locked)
+    accept = select_positions(cfg.strategy, cfg, sc.ent, xp.exp(sc.top_lp), regime.choosable(open_, sc))
+    accept, pred = regime.decide(accept, sc, open_)
+    if draft is not None:
+        agree = xp.logical_and(pred == st.canvas, xp.exp(sc.pred_lp) >= cfg.draft_confidence)
+        accept = xp.logical_or(accept, xp.logical_and(draft, agree))
+    return accept, pred
+
+
+@dataclass
+class _CanvasState:
+    """What the canvas loop carries from step to step: the canvas, its positions that
+    no longer change, each position's confidence and the argmax canvas, each (B, C); the
+    rows that are done and the forward passes each row took, (B,)."""
+
+    canvas: Any
+    locked: Any  # absorbing: the fixed and the locked positions; uniform: the fixed ones
+    confidence: Any
+    argmax_canvas: Any
+    finished: Any
+    row_steps: Any
+
+    @classmethod
+    def start(cls, canvas: Any, fixed: Any) -> _CanvasState:
+        xp = array_api_compat.array_namespace(canvas)
+        dev = array_api_compat.device(canvas)
+        b, c = canvas.shape
+        confidence = xp.where(fixed, xp.ones((b, c), dtype=xp.float32, device=dev), 0.0)
+        finished = xp.zeros((b,), dtype=xp.bool, device=dev)
+        return cls(canvas, fixed, confidence, canvas, finished, xp.zeros((b,), dtype=xp.int64, device=dev))
+
+    def update(self, regime: _Regime, accept: Any, pred: Any, sc: _Scores) -> None:
+        """Step 6 of `run`: the regime's update; rows that already finished keep their
+        values (as transformers does)."""
+        xp = regime.xp
+        canvas, locked, argmax_canvas, confidence = regime.update(
+            self.canvas, self.locked, accept, pred, sc, self.confidence
+        )
+        keep = xp.expand_dims(self.finished, axis=-1)
+        self.argmax_canvas = xp.where(keep, self.argmax_canvas, argmax_canvas)
+        self.canvas = xp.where(keep, self.canvas, canvas)
+        self.locked = xp.where(keep, self.locked, locked)
+        self.confidence = xp.where(keep, self.confidence, confidence)
+        regime.keep(keep)
+
+    def result(self, regime: _Regime, steps: int, reason: StopReason) -> SampleResult:
+        return SampleResult(
+            tokens=to_numpy(regime.tokens(self.canvas, self.locked, self.argmax_canvas)).astype(np.int64),
+            confidence=to_numpy(self.confidence).astype(np.float32),
+            steps=steps,
+            stop_reason=reason,
+            row_steps=[int(v) for v in to_numpy(self.row_steps)],
+        )
 
 
 class _Regime:
@@ -443,13 +530,12 @@ class _Regime:
         rng: RandomSource,
         canvas: Any,
         fixed: Any,
-        greedy_rows: Any | None,
-        row_temperature: Any | None,
+        steer: Steering,
     ) -> None:
         xp = array_api_compat.array_namespace(canvas)
         dev = array_api_compat.device(canvas)
         self.xp, self.info, self.cfg, self.rng, self.fixed = xp, info, cfg, rng, fixed
-        self.greedy_rows, self.row_temperature = greedy_rows, row_temperature
+        self.greedy_rows, self.row_temperature = steer.greedy_rows, steer.row_temperature
         self.self_cond: Any | None = None  # the previous step's logits, for models that want them
         self.suppress = None  # (V,) tokens never written
         vocab = xp.arange(info.vocab_size, device=dev)
@@ -513,8 +599,10 @@ class _Absorbing(_Regime):
     padding locked at the leftmost position sure of it, and every position after a
     locked end-of-fill or padding becomes locked padding."""
 
-    def __init__(self, info: DenoiserInfo, cfg: SamplerConfig, rng: RandomSource, canvas: Any, *args: Any) -> None:
-        super().__init__(info, cfg, rng, canvas, *args)
+    def __init__(
+        self, info: DenoiserInfo, cfg: SamplerConfig, rng: RandomSource, canvas: Any, fixed: Any, steer: Steering
+    ) -> None:
+        super().__init__(info, cfg, rng, canvas, fixed, steer)
         assert info.mask_id is not None, "absorbing regime needs a mask token"
         dev = array_api_compat.device(canvas)
         self.mask_tok = self.xp.asarray(info.mask_id, dtype=canvas.dtype, device=dev)
@@ -640,13 +728,6 @@ class OneToken:
         return tok, float(probs[tok])
 
 
-def row_settings(batch: int, row_temperature: Any | None, greedy_rows: Any | None) -> tuple[np.ndarray, np.ndarray]:
-    """(temperature factor, greedy) per row, on the host, from the loops' optional arguments."""
-    temps = np.ones(batch, dtype=np.float32) if row_temperature is None else to_numpy(row_temperature).reshape(-1)
-    greedy = np.zeros(batch, dtype=bool) if greedy_rows is None else to_numpy(greedy_rows).reshape(-1)
-    return temps, greedy
-
-
 def run_autoregressive(
     denoiser: Any,
     state: EncodedContext,
@@ -655,59 +736,65 @@ def run_autoregressive(
     rng: RandomSource,
     *,
     batch: int = 1,
-    greedy_rows: Any | None = None,
-    row_temperature: Any | None = None,
-    deadline: float | None = None,
-    cancel: Callable[[], bool] | None = None,
-    on_step: Callable[[StepView], None] | None = None,
-    stop_after: frozenset[int] = frozenset(),
+    steer: Steering = Steering(),
 ) -> SampleResult:
     """The autoregressive mode: each row decoded one token at a time through the causal
     context encoder (`denoiser` is also an `Autoregressive`), until end-of-fill, a token
-    of `stop_after` (kept: e.g. a line break where the span is one line, which the span
-    check cuts at anyway, so nothing past it is worth decoding) or `length` tokens. The result has the canvas's shape, (B, length): the fill, then
-    end-of-fill and padding, so everything above the sampler treats it like a canvas.
-    Rows are decoded one after the other (the encoder runs one sequence at a time);
-    `steps` counts the tokens decoded by all rows, end-of-fill included (one position
-    of a forward pass each; the first comes with encoding the context). Temperature, greedy rows, min_tokens,
-    deadline and cancel mean what they do in `run`."""
+    of `steer.stop_after` (kept: e.g. a line break where the span is one line, which the
+    span check cuts at anyway, so nothing past it is worth decoding) or `length` tokens.
+    The result has the canvas's shape, (B, length): the fill, then end-of-fill and
+    padding, so everything above the sampler treats it like a canvas. Rows are decoded
+    one after the other (the encoder runs one sequence at a time, `_one_token_row`);
+    `steps` counts the tokens decoded by all rows, end-of-fill included (one position of
+    a forward pass each; the first comes with encoding the context). Temperature, greedy
+    rows, min_tokens, deadline and cancel mean what they do in `run`."""
     info = denoiser.info
     tokens = np.full((batch, length), info.pad_id, dtype=np.int64)
     confidence = np.ones((batch, length), dtype=np.float32)
-    temps, greedy = row_settings(batch, row_temperature, greedy_rows)
-    steps = 0
     row_steps = [0] * batch
     reason: StopReason = "complete"
-    temp = cfg.temperature(cfg.max_steps)  # one token at a time has no step schedule: the first step's
-    for r in range(batch):
-        chooser = OneToken(denoiser, cfg, temp * float(temps[r]), bool(cfg.greedy or greedy[r]), rng)
-        st = state
-        logits = to_numpy(denoiser.next_logits(st)).astype(np.float32)
-        steps += 1  # the first token's logits came with the context's last position
-        row_steps[r] += 1
-        for i in range(length):
-            if (stop := stop_requested(cancel, deadline)) is not None:
-                reason = stop
-                break
-            tok, confidence[r, i] = chooser.choose(logits, i)
-            if tok in (info.eof_id, info.pad_id):
-                tokens[r, i] = info.eof_id
-                break
-            tokens[r, i] = tok
-            if i == length - 1 or tok in stop_after:
-                break
-            st, out = denoiser.extend(st, [tok])
-            logits = to_numpy(out[-1]).astype(np.float32)
-            steps += 1
-            row_steps[r] += 1
-            if on_step is not None:
-                view = denoiser.as_array(tokens)
-                on_step(StepView(step=steps - 1, argmax_canvas=view, canvas=view))
+    for r, (temp, greedy) in enumerate(steer.one_token_rows(batch, cfg)):
+        chooser = OneToken(denoiser, cfg, temp, greedy, rng)
+        reason, row_steps[r] = _one_token_row(denoiser, state, chooser, r, tokens, confidence, steer, sum(row_steps))
         if reason != "complete":
             break
     return SampleResult(
-        tokens=tokens, confidence=confidence, steps=max(steps, 1), stop_reason=reason, row_steps=row_steps
+        tokens=tokens, confidence=confidence, steps=max(sum(row_steps), 1), stop_reason=reason, row_steps=row_steps
     )
+
+
+def _one_token_row(
+    denoiser: Any,
+    state: EncodedContext,
+    chooser: OneToken,
+    r: int,
+    tokens: np.ndarray,
+    confidence: np.ndarray,
+    steer: Steering,
+    before: int,
+) -> tuple[StopReason, int]:
+    """Row `r` of `run_autoregressive`, written into tokens[r] and confidence[r] (the
+    steps of the module docstring); `before`: the steps of the rows before it. Returns
+    (why the row ended, its forward passes)."""
+    info = denoiser.info
+    length = tokens.shape[1]
+    logits = to_numpy(denoiser.next_logits(state)).astype(np.float32)
+    n = 1  # the first token's logits came with the context's last position
+    for i in range(length):
+        if (stop := steer.stopped()) is not None:
+            return stop, n
+        tok, confidence[r, i] = chooser.choose(logits, i)
+        if tok in (info.eof_id, info.pad_id):
+            tokens[r, i] = info.eof_id
+            break
+        tokens[r, i] = tok
+        if i == length - 1 or tok in steer.stop_after:
+            break
+        state, out = denoiser.extend(state, [tok])
+        logits = to_numpy(out[-1]).astype(np.float32)
+        n += 1
+        steer.show_rows(before + n - 1, denoiser, tokens)
+    return "complete", n
 
 
 def sequence_logprob(denoiser: Any, state: EncodedContext, token_ids: list[int], eof_id: int) -> tuple[float, int]:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from engine.decoding import SamplerConfig
-from engine.local.sampler import run_autoregressive, sequence_logprob
+from engine.local.sampler import Steering, run_autoregressive, sequence_logprob
 from engine.models.embedded import DiffusionCoder, ModelConfig
 from engine.models.loading import load_model
 from engine.models.tokenizer import train_tokenizer
@@ -342,7 +342,7 @@ def test_a_row_ends_after_a_stop_token_in_the_autoregressive_mode() -> None:
     den, st, cfg = NeverEnds(), EncodedContext((3, 4), None), SamplerConfig(strategy="autoregressive")
     free = run_autoregressive(den, st, 6, cfg, NumpyRandomSource(0))
     assert free.tokens[0].tolist() == [9, 10, 11, 7, 8, 9]  # runs to the canvas's length
-    stopped = run_autoregressive(den, st, 6, cfg, NumpyRandomSource(0), stop_after=frozenset({11}))
+    stopped = run_autoregressive(den, st, 6, cfg, NumpyRandomSource(0), steer=Steering(stop_after=frozenset({11})))
     assert stopped.tokens[0].tolist() == [9, 10, 11, 0, 0, 0]  # the stop token kept, nothing after
     assert stopped.steps == 3
 
@@ -355,7 +355,7 @@ def test_one_line_spans_stop_the_autoregressive_mode_at_a_line_break(both, monke
     real = infill.run_autoregressive
 
     def spy(*args, **kw):  # type: ignore[no-untyped-def]
-        seen.append(kw["stop_after"])
+        seen.append(kw["steer"].stop_after)
         return real(*args, **kw)
 
     monkeypatch.setattr(infill, "run_autoregressive", spy)

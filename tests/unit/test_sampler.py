@@ -13,7 +13,15 @@ import pytest
 from engine.decoding import SamplerConfig
 from engine.denoisers.base import DenoiserInfo, EncodedContext
 from engine.denoisers.onnx import NumpyRandomSource
-from engine.local.sampler import StepView, initial_canvas, run, run_autoregressive, select_positions, stop_requested
+from engine.local.sampler import (
+    Steering,
+    StepView,
+    initial_canvas,
+    run,
+    run_autoregressive,
+    select_positions,
+    stop_requested,
+)
 
 V = 16
 PAD, EOF, MASK = 0, 1, 15
@@ -90,7 +98,7 @@ def lib(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def sample(den: FakeDenoiser, cfg: SamplerConfig, b: int = 1, **kw: Any) -> tuple[Any, list[np.ndarray]]:
+def sample(den: FakeDenoiser, cfg: SamplerConfig, b: int = 1, **steer: Any) -> tuple[Any, list[np.ndarray]]:
     rng = den.random_source(cfg.seed)
     canvas = initial_canvas(den, b, den.logits.shape[0], rng)
     views: list[np.ndarray] = []
@@ -98,7 +106,7 @@ def sample(den: FakeDenoiser, cfg: SamplerConfig, b: int = 1, **kw: Any) -> tupl
     def on_step(v: StepView) -> None:
         views.append(np.asarray(v.canvas).copy() if den.lib == "numpy" else v.canvas.numpy().copy())
 
-    res = run(den, den.encode([2, 3]), canvas, cfg, rng, on_step=on_step, **kw)
+    res = run(den, den.encode([2, 3]), canvas, cfg, rng, steer=Steering(on_step=on_step, **steer))
     return res, views
 
 
@@ -228,7 +236,7 @@ def test_drafts_are_kept_only_where_the_model_agrees(lib: str) -> None:
             SamplerConfig(entropy_bound=0.01, draft_confidence=draft_confidence),
             den.random_source(0),
             draft=den.as_array(draft.astype(np.int64)) == 1,
-            on_step=lambda v: views.append(np.asarray(v.canvas)),
+            steer=Steering(on_step=lambda v: views.append(np.asarray(v.canvas))),
         )
         return res, views
 
@@ -468,8 +476,8 @@ def test_the_autoregressive_loop_stops_on_cancel_and_deadline() -> None:
     whole = run_autoregressive(den, st, 8, cfg, NumpyRandomSource(0))
     assert whole.stop_reason == "complete" and whole.tokens[0].tolist() == [5, 6, 7, 8, 9, 10, EOF, PAD]
 
-    cut = run_autoregressive(den, st, 8, cfg, NumpyRandomSource(0), cancel=_cancelled_after(2))
+    cut = run_autoregressive(den, st, 8, cfg, NumpyRandomSource(0), steer=Steering(cancel=_cancelled_after(2)))
     assert cut.stop_reason == "cancelled" and cut.tokens[0].tolist() == [5, 6] + [PAD] * 6
 
-    late = run_autoregressive(den, st, 8, cfg, NumpyRandomSource(0), deadline=time.monotonic() - 1)
+    late = run_autoregressive(den, st, 8, cfg, NumpyRandomSource(0), steer=Steering(deadline=time.monotonic() - 1))
     assert late.stop_reason == "deadline" and late.tokens[0].tolist() == [PAD] * 8

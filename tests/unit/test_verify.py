@@ -13,7 +13,7 @@ import pytest
 from engine.decoding import SamplerConfig
 from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, SuffixFirst, as_prompt
 from engine.denoisers.onnx import NumpyRandomSource
-from engine.local.sampler import run_autoregressive
+from engine.local.sampler import Steering, run_autoregressive
 from engine.local.verify import VerifyStats, run_verified
 
 V = 16
@@ -103,10 +103,10 @@ TARGET = [5, 6, 7, 8, 9, 10, 11, 5]
 def greedy(den: TwoModes, length: int = 12, **kw: Any) -> tuple[list[int], list[int], VerifyStats, int]:
     cfg = SamplerConfig(strategy="verified", **kw.pop("cfg", {}))
     ar_cfg = SamplerConfig(strategy="autoregressive", min_tokens=cfg.min_tokens)
-    stop = kw.pop("stop_after", frozenset())
-    ar = run_autoregressive(den, STATE, length, ar_cfg, NumpyRandomSource(0), stop_after=stop)
+    steer = Steering(stop_after=kw.pop("stop_after", frozenset()))
+    ar = run_autoregressive(den, STATE, length, ar_cfg, NumpyRandomSource(0), steer=steer)
     stats = VerifyStats()
-    ver = run_verified(den, STATE, PROMPT, length, cfg, NumpyRandomSource(0), stop_after=stop, stats=stats, **kw)
+    ver = run_verified(den, STATE, PROMPT, length, cfg, NumpyRandomSource(0), steer=steer, stats=stats, **kw)
     return ver.tokens[0].tolist(), ar.tokens[0].tolist(), stats, ar.steps
 
 
@@ -189,12 +189,12 @@ def test_cancel_and_deadline_stop_between_rounds() -> None:
     calls = iter(range(100))
     cut = run_verified(
         den, STATE, PROMPT, 12, SamplerConfig(strategy="verified"), NumpyRandomSource(0),
-        cancel=lambda: next(calls) >= 2,
+        steer=Steering(cancel=lambda: next(calls) >= 2),
     )  # fmt: skip
     assert cut.stop_reason == "cancelled" and cut.tokens[0].tolist()[:2] == [5, 6] and cut.tokens[0][2] == PAD
     late = run_verified(
         den, STATE, PROMPT, 12, SamplerConfig(strategy="verified"), NumpyRandomSource(0),
-        deadline=time.monotonic() - 1,
+        steer=Steering(deadline=time.monotonic() - 1),
     )  # fmt: skip
     assert late.stop_reason == "deadline" and late.tokens[0].tolist() == [PAD] * 12
 
