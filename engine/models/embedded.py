@@ -153,6 +153,35 @@ def attend_with_context(
     return probs[..., :p] @ ctx_v + probs[..., p:] @ v  # (B, H, C, D)
 
 
+def dual_layout(
+    ctx_valid: torch.Tensor, canvas_valid: torch.Tensor, mid_valid: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(positions (T,), attention mask (B, 1, T, T)) of `DiffusionCoder.forward_dual`'s
+    sequence [context (P) ; canvas (C) ; middle (M)], from each part's valid keys (B, *):
+    positions [0..P-1, P..P+C-1, P..P+M-1]; the context causal, the canvas seeing the
+    context and itself, the middle the context and itself causally; invalid keys never
+    seen (a row with none sees itself, so softmax stays finite)."""
+    p, c, m = ctx_valid.shape[1], canvas_valid.shape[1], mid_valid.shape[1]
+    t = p + c + m
+    dev = ctx_valid.device
+    positions = torch.cat(
+        (
+            torch.arange(p + c, device=dev, dtype=torch.float32),
+            torch.arange(m, device=dev, dtype=torch.float32) + p,
+        )
+    )
+    allowed = torch.zeros(t, t, dtype=torch.bool, device=dev)
+    allowed[:p, :p] = torch.ones(p, p, dtype=torch.bool, device=dev).tril()  # context: causal
+    allowed[p : p + c, : p + c] = True  # canvas: all context and all canvas
+    allowed[p + c :, :p] = True  # middle: all context ...
+    allowed[p + c :, p + c :] = torch.ones(m, m, dtype=torch.bool, device=dev).tril()  # ... and itself, causally
+    key_valid = torch.cat((ctx_valid, canvas_valid, mid_valid), dim=1)
+    mask = allowed[None, None] & key_valid[:, None, None, :]  # (B, 1, T, T)
+    # a padded row sees nothing; let it see itself so softmax stays finite
+    mask = mask | torch.eye(t, dtype=torch.bool, device=dev)[None, None]
+    return positions, mask
+
+
 class DualOutput(NamedTuple):
     canvas: torch.Tensor  # (B, C, V)
     ar: torch.Tensor | None  # (N, V): the selected next-token positions
@@ -255,13 +284,6 @@ class DiffusionCoder(nn.Module):
             x = layer.finish(x, attend_with_context(q, k, v, ctx_keys[i], ctx_values[i]))
         return self.logits(x)
 
-    def forward_train(self, ctx_ids: torch.Tensor, ctx_valid: torch.Tensor, canvas_ids: torch.Tensor) -> torch.Tensor:
-        """One pass over [context; canvas], equivalent to encode then denoise.
-
-        ctx_ids (B, P) left-padded; ctx_valid (B, P) bool; canvas_ids (B, C) -> (B, C, V).
-        """
-        return self.forward_dual(ctx_ids, ctx_valid, canvas_ids).canvas
-
     def forward_dual(
         self,
         ctx_ids: torch.Tensor,
@@ -294,31 +316,14 @@ class DiffusionCoder(nn.Module):
         """
         b, p = ctx_ids.shape
         c = canvas_ids.shape[1]
-        dev = ctx_ids.device
         if mid_ids is None:
             mid_ids = ctx_ids.new_zeros((b, 0))
             mid_valid = ctx_valid.new_zeros((b, 0))
         assert mid_valid is not None
-        m = mid_ids.shape[1]
-        t = p + c + m
-        x = self.embed(torch.cat((ctx_ids, canvas_ids, mid_ids), dim=1))  # (B, T, d)
-        positions = torch.cat(
-            (
-                torch.arange(p + c, device=dev, dtype=torch.float32),
-                torch.arange(m, device=dev, dtype=torch.float32) + p,
-            )
-        )
-        allowed = torch.zeros(t, t, dtype=torch.bool, device=dev)
-        allowed[:p, :p] = torch.ones(p, p, dtype=torch.bool, device=dev).tril()  # context: causal
-        allowed[p : p + c, : p + c] = True  # canvas: all context and all canvas
-        allowed[p + c :, :p] = True  # middle: all context ...
-        allowed[p + c :, p + c :] = torch.ones(m, m, dtype=torch.bool, device=dev).tril()  # ... and itself, causally
         if canvas_valid is None:
-            canvas_valid = torch.ones(b, c, dtype=torch.bool, device=dev)
-        key_valid = torch.cat((ctx_valid, canvas_valid, mid_valid), dim=1)
-        mask = allowed[None, None] & key_valid[:, None, None, :]  # (B, 1, T, T)
-        # a padded row sees nothing; let it see itself so softmax stays finite
-        mask = mask | torch.eye(t, dtype=torch.bool, device=dev)[None, None]
+            canvas_valid = torch.ones(b, c, dtype=torch.bool, device=ctx_ids.device)
+        x = self.embed(torch.cat((ctx_ids, canvas_ids, mid_ids), dim=1))  # (B, T, d)
+        positions, mask = dual_layout(ctx_valid, canvas_valid, mid_valid)
         rot = rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta)
         for layer in self.layers:
             assert isinstance(layer, Block)
