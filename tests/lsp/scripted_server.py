@@ -62,17 +62,13 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script: sys.path[0] is tests/lsp
     sys.path.insert(0, str(ROOT))
 
-from engine.denoisers.base import DenoiserInfo, EncodedContext, RandomSource, host_array  # noqa: E402
+from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, RandomSource, as_prompt, host_array  # noqa: E402
+from engine.denoisers.kv import denoiser_info, suffix_first  # noqa: E402
 from engine.denoisers.onnx import NumpyRandomSource  # noqa: E402
 from engine.errors import ModelLoadError  # noqa: E402
-from engine.models.directory import (  # noqa: E402
-    BACKENDS,
-    DEFAULT_MODEL_DIR,
-    TOKENIZER_FILE,
-    LoadedModel,
-    denoiser_info,
-    read_config,
-)
+from engine.models.directory import DEFAULT_MODEL_DIR, TOKENIZER_FILE, read_config  # noqa: E402
+from engine.models.loading import LoadedModel  # noqa: E402
+from engine.models.table import BACKENDS  # noqa: E402
 from engine.models.tokenizer import Tokenizer  # noqa: E402
 
 PEAK = 30.0  # logit of the scripted token; every other token has 0: p(scripted) ~ 1 - V e^-30
@@ -159,22 +155,14 @@ class ScriptedDenoiser:
         self.tok = tokenizer
         self.info = info
         self.script = script
+        self.layout = suffix_first(tokenizer)  # the shipped model's order, with its markers
 
-    def split(self, context_ids: Sequence[int]) -> tuple[str, str]:
-        """(prefix, suffix) of a `<suf> S <pre> P <mid>` context, as text."""
-        sp = self.tok.special
-        ids = [int(t) for t in context_ids]
-        if sp.middle in ids:
-            ids = ids[: len(ids) - 1 - ids[::-1].index(sp.middle)]
-        at = ids.index(sp.prefix) if sp.prefix in ids else len(ids)
-        suffix_ids = [t for t in ids[:at] if t != sp.suffix]
-        return self.tok.decode(ids[at + 1 :]), self.tok.decode(suffix_ids)
-
-    def encode(self, context_ids: Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
-        prefix, suffix = self.split(context_ids)
+    def encode(self, prompt: Prompt | Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
+        prompt = as_prompt(prompt)
+        prefix, suffix = self.tok.decode([*prompt.prefix, *prompt.middle]), self.tok.decode(list(prompt.suffix))
         texts, delay_ms = self.script.fills_for(prefix, suffix)
         fills = [self.tok.encode(f) for f in texts]
-        return EncodedContext(token_ids=tuple(int(t) for t in context_ids), payload=(fills, delay_ms), nbytes=64)
+        return EncodedContext(token_ids=self.layout.ids(prompt), payload=(fills, delay_ms), nbytes=64)
 
     def denoise(self, state: EncodedContext, canvas_ids: Any, self_cond: Any | None = None) -> Any:
         fills: list[list[int]]

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from engine.decoding import SamplerConfig
-from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, SuffixFirst, as_prompt
+from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, as_prompt
+from engine.denoisers.layouts import SuffixFirst
 from engine.denoisers.onnx import NumpyRandomSource
 from engine.local.sampler import Steering, run_autoregressive
 from engine.local.verify import VerifyStats, run_verified
