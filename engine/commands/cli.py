@@ -421,8 +421,19 @@ def build_parser() -> argparse.ArgumentParser:
     ad.add_argument("--threads", type=_int_in(1), help="torch threads")
     ad.set_defaults(func=_lazy("engine.training.cli", "cmd_adapt"))
 
-    x = sub.add_parser("export-onnx", parents=[common], help="write the ONNX graphs for a model's safetensors")
-    x.add_argument("--out", type=Path)
+    x = sub.add_parser(
+        "export-onnx",
+        parents=[common],
+        help="write the ONNX graphs for a model's safetensors: the embedded model's next to them, a Qwen2, "
+        "Llama or Dream checkpoint's as a new model directory the base install runs (backend onnx)",
+    )
+    x.add_argument("--out", type=Path, help="where to write (the embedded model: its own directory by default)")
+    x.add_argument(
+        "--quantize",
+        choices=("int4", "int8", "none"),
+        default="int4",
+        help="a Qwen2, Llama or Dream checkpoint's weights in 4 or 8 bits (onnxruntime's MatMulNBits), or float32",
+    )
     x.set_defaults(func=_lazy("engine.training.cli", "cmd_export"))
 
     pl = sub.add_parser(

@@ -48,7 +48,7 @@ class NumpyRandomSource:
         return np.minimum((cdf < u).sum(axis=-1), probs.shape[-1] - 1).astype(np.int64)
 
 
-def _session(path: Path, providers: list[Any] | None) -> Any:
+def session(path: Path, providers: list[Any] | None) -> Any:
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -76,8 +76,8 @@ class OnnxDenoiser(KVDenoiser):
         self.info = info
         self.layout = layout
         self.layers, self.heads, self.head_dim = shape
-        self.encoder = _session(encode_path, providers)
-        self.denoiser = _session(denoise_path, providers)
+        self.encoder = session(encode_path, providers)
+        self.denoiser = session(denoise_path, providers)
         self.past = kv_names("past", self.layers)
         self.present = kv_names("present", self.layers)
         for graph, path in ((self.encoder, encode_path), (self.denoiser, denoise_path)):

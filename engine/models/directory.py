@@ -33,6 +33,7 @@ WEIGHTS_FILE = "model.safetensors"
 CARD_FILE = "MODEL_CARD.md"
 ENCODE_FILE = "encode.onnx"
 DENOISE_FILE = "denoise.onnx"
+LM_GRAPH_FILE = "model.onnx"  # an exported Qwen2/Llama/Dream checkpoint (engine/training/export_lm.py)
 
 # The shipped default model lives inside the package.
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[1] / "weights"

@@ -19,6 +19,7 @@ EMBEDDED_MODEL_TYPE = "diffusion_coder"  # the architecture this project trains 
 DG_MODEL_TYPE = "diffusion_gemma"
 DREAM_MODEL_TYPES = ("Dream", "dream")  # the Dream family: a diffusion-trained Qwen2
 AUTOREGRESSIVE_MODEL_TYPES = ("qwen2", "llama")  # plain checkpoints, run by the dream backend too
+ONNX_LM_MODEL_TYPE = "onnx_lm"  # one of those exported for onnxruntime (diffusion-infill export-onnx)
 
 DG_QUANTIZATIONS = ("none", "int8", "4bit")  # engine/denoisers/dg_quant.py
 AUTO = "auto"  # the first row that loads the checkpoint's model_type
@@ -45,6 +46,7 @@ class Backend:
 
 TABLE: tuple[Backend, ...] = (
     Backend("onnx", "engine.denoisers.onnx:load_dir", (EMBEDDED_MODEL_TYPE,), "embedded-architecture"),
+    Backend("onnx", "engine.denoisers.onnx_lm:load_dir", (ONNX_LM_MODEL_TYPE,), "exported Qwen2, Llama or Dream"),
     Backend("torch", "engine.denoisers.torch:load_dir", (EMBEDDED_MODEL_TYPE,), "embedded-architecture", needs=TORCH),
     Backend(
         "diffusion_gemma",
@@ -63,24 +65,25 @@ TABLE: tuple[Backend, ...] = (
     ),
 )
 
-BACKENDS: tuple[str, ...] = (AUTO, *(row.name for row in TABLE))
+BACKENDS: tuple[str, ...] = (AUTO, *dict.fromkeys(row.name for row in TABLE))  # a name may have a row per format
 QUANTIZATIONS: tuple[str, ...] = tuple(dict.fromkeys(q for row in TABLE for q in row.quantizations))
 # {model_type: the row `auto` picks}
 LOADERS: dict[str, Backend] = {t: row for row in reversed(TABLE) for t in row.model_types}
 
 
-def row(name: str) -> Backend:
-    """The row of a backend by name."""
-    for r in TABLE:
-        if r.name == name:
-            return r
-    raise ModelLoadError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+def row(name: str, model_type: object = None) -> Backend:
+    """The row of a backend by name: the one that loads `model_type` where the backend has
+    several, else its first."""
+    rows = [r for r in TABLE if r.name == name]
+    if not rows:
+        raise ModelLoadError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    return next((r for r in rows if model_type in r.model_types), rows[0])
 
 
 def choose(model_type: object, backend: str = AUTO, quantization: str = NO_QUANTIZATION, where: str = "") -> Backend:
     """The row that loads a checkpoint of `model_type` with the requested backend and
     quantization, or a ModelLoadError that says what to choose instead."""
-    wanted = None if backend == AUTO else row(backend)
+    wanted = None if backend == AUTO else row(backend, model_type)
     if quantization not in QUANTIZATIONS:
         raise ModelLoadError(f"unknown quantization {quantization!r}; choose one of {', '.join(QUANTIZATIONS)}")
     found = LOADERS.get(model_type) if isinstance(model_type, str) else None

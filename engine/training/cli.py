@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 
 from engine.errors import InputError
+from engine.models.directory import read_config
 from engine.models.loading import load_model
+from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES, DREAM_MODEL_TYPES
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -61,8 +63,17 @@ def cmd_adapt(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     try:
         from engine.training.export import export_onnx
+        from engine.training.export_lm import export_lm
     except ImportError as exc:
         raise InputError(f"export needs torch: pip install 'diffusion-lsp[torch]' ({exc})") from exc
+    if read_config(args.model).get("model_type") in (*DREAM_MODEL_TYPES, *AUTOREGRESSIVE_MODEL_TYPES):
+        if args.out is None:
+            raise InputError(
+                "export-onnx of a Qwen2, Llama or Dream checkpoint writes a new model directory: give --out"
+            )
+        export_lm(args.model, args.out, args.quantize)
+        sys.stdout.write(f"{args.out}\n")
+        return 0
     loaded = load_model(args.model, backend="torch")
     out = args.out or loaded.path
     # graphs next to the weights read them from the safetensors file; elsewhere they embed a copy

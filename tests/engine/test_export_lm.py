@@ -1,0 +1,194 @@
+"""`diffusion-infill export-onnx` of Qwen2, Llama and Dream checkpoints (engine/training/export_lm.py)
+and the onnx backend that runs the result (engine/denoisers/onnx_lm.py), on tiny random
+checkpoints: the export equals torch (the dream backend on the same weights) in float32,
+stays within a stated logits error in 8 and 4 bits, fills through the engine, and loads
+in the base install without torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("onnx_ir")
+
+from engine.denoisers.base import Prompt  # noqa: E402
+from engine.denoisers.onnx_lm import OnnxLMDenoiser  # noqa: E402
+from engine.fill import FillOptions, InfillRequest  # noqa: E402
+from engine.local.generator import local_engine  # noqa: E402
+from engine.models.loading import load_model  # noqa: E402
+from engine.training.export_lm import export_lm  # noqa: E402
+from tests import dream_checkpoint  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPTS = [  # token ids of the tiny tokenizer (about 90 tokens)
+    Prompt(prefix=(5, 6, 7, 8), suffix=(9, 10, 11)),
+    Prompt(prefix=(40, 41, 42, 43, 44, 45), suffix=(50,)),
+    Prompt(prefix=(80, 70, 60), suffix=(55, 50, 45, 40, 30)),
+    Prompt(prefix=tuple(range(20, 50)), suffix=tuple(range(50, 80))),
+]
+# The largest logit difference from float32 torch on these tiny random models (logits of
+# magnitude about 0.5), measured: float32 2e-7, int8 0.006, int4 0.08.
+TOLERANCE = {"none": 1e-4, "int8": 0.02, "int4": 0.15}
+MODEL_TYPES = ("qwen2", "llama", "Dream")
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("lm")
+    return {t: dream_checkpoint.write(root / t, t, autoregressive=True) for t in MODEL_TYPES}
+
+
+@pytest.fixture(scope="module")
+def exported(sources: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Path]:
+    root = tmp_path_factory.mktemp("exported")
+    return {(t, q): export_lm(sources[t], root / f"{t}-{q}", q) for t in MODEL_TYPES for q in TOLERANCE}
+
+
+@pytest.mark.parametrize("quantize", list(TOLERANCE))
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_the_one_token_mode_equals_torch(
+    model_type: str, quantize: str, sources: dict[str, Path], exported: dict[tuple[str, str], Path]
+) -> None:
+    ref = load_model(sources[model_type], backend="dream").denoiser
+    got = load_model(exported[model_type, quantize])
+    assert got.backend == "onnx" and isinstance(got.denoiser, OnnxLMDenoiser)
+    den, tol = got.denoiser, TOLERANCE[quantize]
+    for prompt in PROMPTS:
+        rs, gs = ref.encode(prompt), den.encode(prompt)
+        assert gs.token_ids == rs.token_ids  # the same layout: prefix-suffix-middle
+        np.testing.assert_allclose(den.next_logits(gs), ref.next_logits(rs).numpy(), atol=tol)
+        (_, la), (g2, lb) = ref.extend(rs, [12, 13, 14]), den.extend(gs, [12, 13, 14])
+        np.testing.assert_allclose(lb, la.numpy(), atol=tol)
+        # a cut back to the first new token gives the logits after it, as the uncut state did
+        np.testing.assert_allclose(den.next_logits(den.cut(g2, len(gs.token_ids) + 1)), lb[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("quantize", list(TOLERANCE))
+@pytest.mark.parametrize("model_type", ["qwen2", "Dream"])
+def test_the_canvas_equals_torch(
+    model_type: str, quantize: str, sources: dict[str, Path], exported: dict[tuple[str, str], Path]
+) -> None:
+    """Full attention over `start P [canvas] S eos`, logits shifted by one (the dream backend's
+    exact step; its Llama path takes no full-attention mask in this transformers)."""
+    ref = load_model(sources[model_type], backend="dream").denoiser
+    den = load_model(exported[model_type, quantize]).denoiser
+    canvas = np.full((2, 6), den.info.mask_id, dtype=np.int64)
+    canvas[1, 2] = 20
+    for prompt in PROMPTS:
+        want = ref.denoise(ref.encode(prompt), torch.as_tensor(canvas)).numpy()
+        got = den.denoise(den.encode(prompt), canvas)
+        assert got.shape == want.shape == (2, 6, den.info.vocab_size)
+        np.testing.assert_allclose(got, want, atol=TOLERANCE[quantize])
+
+
+def test_a_keystroke_reuses_the_cached_prefix(exported: dict[tuple[str, str], Path]) -> None:
+    den = load_model(exported["qwen2", "none"]).denoiser
+    first = den.encode(PROMPTS[3])
+    typed = Prompt(prefix=(*PROMPTS[3].prefix, 7), suffix=PROMPTS[3].suffix)
+    again, fresh = den.encode(typed, first), den.encode(typed)
+    np.testing.assert_allclose(den.next_logits(again), den.next_logits(fresh), atol=1e-5)
+    for a, b in zip(again.payload.kv, fresh.payload.kv, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    assert first.payload.kv[0].shape[2] == len(first.token_ids)  # the cached state was not written
+
+
+@pytest.mark.parametrize("strategy", ["autoregressive", "verified", "entropy_bound"])
+def test_fills_through_the_engine_as_the_dream_backend_does(
+    strategy: str, sources: dict[str, Path], exported: dict[tuple[str, str], Path]
+) -> None:
+    opts = FillOptions(canvas_tokens=8, strategy=strategy)
+    req = InfillRequest(prefix="def add(a, b):\n    return ", suffix="\n\nprint(1)\n")
+    want = local_engine(load_model(sources["qwen2"], backend="dream"), opts).fill(req)
+    got = local_engine(load_model(exported["qwen2", "none"]), opts).fill(req)
+    assert got.steps >= 1 and got.text == want.text
+
+
+def test_the_greedy_fill_in_8_bits_is_the_float_fill_on_most_contexts(exported: dict[tuple[str, str], Path]) -> None:
+    texts = ["def add(a, b):\n    return ", "class Point:\n    def __init__(self, x, y):\n        self.", "for i in "]
+    same = 0
+    fills = {}
+    for q in ("none", "int8"):
+        engine = local_engine(load_model(exported["qwen2", q]), FillOptions(canvas_tokens=8))
+        fills[q] = [engine.fill(InfillRequest(prefix=t, suffix="\n")).text for t in texts]
+    same = sum(a == b for a, b in zip(fills["none"], fills["int8"], strict=True))
+    assert same >= 2, fills
+
+
+def test_the_export_carries_what_the_base_install_needs(exported: dict[tuple[str, str], Path]) -> None:
+    out = exported["Dream", "int4"]
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["model_type"] == "onnx_lm" and cfg["diffusion_lsp"]["source_model_type"] == "Dream"
+    assert cfg["diffusion_lsp"]["quantization"] == "int4"
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.onnx", "model.onnx.data", "tokenizer.json"]
+    import onnx
+
+    ops = {n.op_type for n in onnx.load(str(out / "model.onnx"), load_external_data=False).graph.node}
+    assert "MatMulNBits" in ops and "MatMul" in ops  # weights in 4 bits; attention's products stay float
+
+
+PROBE = """
+import sys
+sys.modules["torch"] = None  # the base install: importing torch fails
+from engine import InfillRequest, load_model, local_engine
+from engine.fill import FillOptions
+model = load_model(sys.argv[1])
+print(model.backend, local_engine(model, FillOptions(canvas_tokens=4)).fill(InfillRequest("x = ", "\\n")).steps)
+"""
+
+
+def test_the_base_install_loads_and_fills_without_torch(exported: dict[tuple[str, str], Path]) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, str(exported["qwen2", "int4"])],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    backend, steps = out.stdout.split()
+    assert backend == "onnx" and int(steps) >= 1
+
+
+def test_the_command_exports_and_fills(sources: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "qwen2-int8"
+    run: Any = subprocess.run
+    made = run(
+        ["diffusion-infill", "export-onnx", "--model", str(sources["qwen2"]), "--quantize", "int8", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.strip() == str(out)
+    (tmp_path / "prefix.py").write_text("def f():\n    return ")
+    filled = run(
+        ["diffusion-infill", "fill", "--model", str(out), "--json", "--canvas-tokens", "4"]
+        + ["--prefix-file", str(tmp_path / "prefix.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert filled.returncode == 0, filled.stderr
+    assert json.loads(filled.stdout)["steps"] >= 1
+
+
+def test_export_refuses_what_it_cannot_export(tmp_path: Path) -> None:
+    made = subprocess.run(
+        ["diffusion-infill", "export-onnx", "--model", str(dream_checkpoint.write(tmp_path / "q", "qwen2"))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert made.returncode != 0 and "give --out" in made.stderr and "Traceback" not in made.stderr
