@@ -1,7 +1,12 @@
-"""Server benchmark: request to response over stdio with the shipped model on CPU.
+"""Server benchmark: request to response over stdio on CPU, with the shipped model or the
+one `--model` names (e.g. an export of Qwen2.5-Coder-0.5B: `diffusion-infill export-onnx`).
 Prints JSON; never asserted in tests.
 
-    python bench/server_bench.py [--repeats N]
+    python bench/server_bench.py [--repeats N] [--model DIR] [--context-tokens N] [--llama GGUF]
+
+`--llama GGUF`: then the same scenarios, at the same positions, through the same server
+with llama.cpp's server (xllamacpp, the dev extra, 2 threads) serving the GGUF as its
+remote engine (dialect llama-infill), and the ratios of the two in one run.
 
 Scenarios, at N cursor positions (line ends) in a large held-out file, 1,024-token
 context (contextTokens setting):
@@ -10,7 +15,8 @@ context (contextTokens setting):
   warm     the same position after one typed character that does not match the
            suggestion (cache reused, the fill denoised again)
   type_through         one typed character that matches the suggestion (no model call)
-and the server's peak RSS (VmHWM).
+and the server's peak RSS (VmHWM), and how many answers of each scenario were empty (a
+fill cut to nothing by the deadline shows here).
 """
 
 from __future__ import annotations
@@ -44,17 +50,23 @@ def p95(xs: list[float]) -> float:
     return round(sorted(xs)[int(0.95 * (len(xs) - 1))], 2)
 
 
-async def run(repeats: int) -> dict[str, object]:
+async def run(
+    repeats: int, model: str | None = None, context_tokens: int = 1024, remote: dict[str, object] | None = None
+) -> dict[str, object]:
     text = source()
     lines = text.split("\n")
     client = make_test_lsp_client()
+    settings: dict[str, object] = {"contextTokens": context_tokens}
+    if model:
+        settings["model"] = model
+    settings.update(remote or {})
     t0 = time.perf_counter()
     await client.start_io(sys.executable, "-m", "lsp_server")
     caps = client_capabilities("visual_studio_code")
     assert caps.text_document is not None
     caps.text_document.inline_completion = types.InlineCompletionClientCapabilities()
     await client.initialize_session(
-        types.InitializeParams(capabilities=caps, initialization_options={"diffusionLsp": {"contextTokens": 1024}})
+        types.InitializeParams(capabilities=caps, initialization_options={"diffusionLsp": settings})
     )
     version = 1
     client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(URI, "python", version, text)))
@@ -97,6 +109,7 @@ async def run(repeats: int) -> dict[str, object]:
     await ask(first_line, len(lines[first_line]))
     first_s = time.perf_counter() - t0
     cold, warm, through = [], [], []
+    empty = {"cold": 0, "warm": 0}
     step = max(1, (len(lines) - first_line - 10) // repeats)
     for i in range(repeats):
         line = first_line + 5 + i * step
@@ -105,6 +118,7 @@ async def run(repeats: int) -> dict[str, object]:
         shown = await ask(line, col)
         cold.append((time.perf_counter() - t) * 1000)
         suggestion = str(shown.items[0].insert_text) if shown and shown.items else ""
+        empty["cold"] += not suggestion
         if suggestion and suggestion[0] not in "\r\n":  # type its first character: answered from it
             type_char(line, col, suggestion[0])
             t = time.perf_counter()
@@ -114,8 +128,9 @@ async def run(repeats: int) -> dict[str, object]:
         other = "#" if not suggestion.startswith("#") else "@"  # a character that does not match
         type_char(line, col, other)
         t = time.perf_counter()
-        await ask(line, col + 1)
+        again = await ask(line, col + 1)
         warm.append((time.perf_counter() - t) * 1000)
+        empty["warm"] += not (again and again.items and str(again.items[0].insert_text))
         undo(line, col)
     stats = await client.workspace_execute_command_async(types.ExecuteCommandParams("diffusion.stats"))
     rss_mb = None
@@ -134,15 +149,36 @@ async def run(repeats: int) -> dict[str, object]:
         "server_peak_rss_mb": rss_mb,
         "engine_calls": stats["engine_calls"],
         "file_lines": len(lines),
-        "context_tokens": 1024,
+        "context_tokens": context_tokens,
+        "empty_answers": empty,
+        "model": (remote or {}).get("endpoint") or model or "shipped",
     }
+
+
+def llama(args: argparse.Namespace) -> dict[str, object]:
+    """The same scenarios with llama.cpp's server as the remote engine."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.real_engine import llama_server
+
+    with llama_server(args.llama, threads=2, ctx=4096) as engine:
+        remote = {"endpoint": engine.url, "dialect": "llama-infill"}
+        return asyncio.run(run(args.repeats, None, args.context_tokens, remote))
 
 
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--repeats", type=int, default=30)
+    p.add_argument("--model", help="model directory (the server's model setting; default: the shipped model)")
+    p.add_argument("--context-tokens", type=int, default=1024)
+    p.add_argument("--llama", type=Path, help="a GGUF to serve with llama.cpp beside, for the ratios")
     args = p.parse_args()
-    report = asyncio.run(run(args.repeats))
+    report = asyncio.run(run(args.repeats, args.model, args.context_tokens))
+    if args.llama:
+        report = {"ours": report, "llama_cpp": llama(args), "when": time.strftime("%Y-%m-%d")}
+        for kind in ("cold", "warm"):
+            report[f"{kind}_p50_ratio_ours_to_llama_cpp"] = round(
+                report["ours"][kind]["p50_ms"] / max(report["llama_cpp"][kind]["p50_ms"], 1e-9), 2
+            )
     json.dump(report, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

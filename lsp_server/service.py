@@ -40,7 +40,7 @@ from engine.errors import EngineError
 from engine.fill import Engine, FillControl, FillOptions, InfillRequest
 from engine.local.generator import local_engine
 from engine.models.loading import load_model
-from engine.remote.generator import RemoteConfig, remote_engine
+from engine.remote.generator import CHARS_PER_TOKEN, CONTEXT_CHARS, RemoteConfig, remote_engine
 from engine.spans import Document, Language, Span, fill_holes_jointly, language_for
 from lsp_server.settings import Settings
 
@@ -322,6 +322,7 @@ def _make_engine(settings: Settings) -> tuple[Engine, str]:
             api_key_env=settings.api_key_env,
             timeout_s=settings.request_timeout_ms / 1000,
             verify_tls=settings.tls_verify,
+            context_chars=settings.context_tokens * CHARS_PER_TOKEN if settings.context_tokens else CONTEXT_CHARS,
         )
         return remote_engine(config, options), f"{settings.endpoint} ({settings.dialect})"
     model = load_model(

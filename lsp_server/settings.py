@@ -164,7 +164,8 @@ OPTIONS: tuple[Option, ...] = (
         True,
         16,
         1 << 20,
-        description="Context tokens around the cursor given to the model.",
+        description="Context tokens around the cursor given to the model (a remote engine gets about 4"
+        " characters a token).",
         unset="the model's default",
     ),
     Option(

@@ -142,7 +142,8 @@ An integer in 1..256; nil: no cap."
   :type '(choice (const :tag "No cap" nil) integer))
 
 (defcustom diffusion-lsp-context-tokens nil
-  "Context tokens around the cursor given to the model.
+  "Context tokens around the cursor given to the model (a remote engine
+gets about 4 characters a token).
 An integer in 16..1048576; nil: the model's default."
   :type '(choice (const :tag "The model's default" nil) integer))
 

@@ -76,6 +76,21 @@ def test_one_token_fill_in_the_middle(loaded: Any) -> None:
     assert "[::-1]" in r.text, r.text
 
 
+def test_the_int4_export_keeps_the_fill_and_the_likely_tokens(checkpoint: Path, loaded: Any) -> None:
+    """The base install's export (onnx backend, 4-bit weights): the same greedy fill of the
+    palindrome test, and the float32 model's top token among its own top 3 after the context."""
+    exported = load_model(weights.export_qwen_coder_int4(checkpoint))
+    assert exported.backend == "onnx"
+    r = local_engine(exported, FillOptions(canvas_tokens=16)).fill(
+        InfillRequest(prefix=PREFIX, suffix=SUFFIX, language="python")
+    )
+    assert "[::-1]" in r.text, r.text
+    ctx = Prompt(prefix=tuple(loaded.tokenizer.encode(PREFIX)), suffix=tuple(loaded.tokenizer.encode(SUFFIX)))
+    want = int(loaded.denoiser.next_logits(loaded.denoiser.encode(ctx)).argmax())
+    got = exported.denoiser.next_logits(exported.denoiser.encode(ctx))
+    assert want in got.argsort()[-3:].tolist()
+
+
 def test_a_bidirectional_step_at_context_1024(loaded: Any) -> None:
     den, tok = loaded.denoiser, loaded.tokenizer
     ids = (tok.encode(Path(__file__).read_text()) * 8)[:1024]
