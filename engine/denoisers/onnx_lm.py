@@ -9,15 +9,6 @@ prefix-suffix-middle order with an exact cache reused across keystrokes (the lon
 common prefix of the causal sequence, sliced, never copied); the canvas runs the whole
 `start P M [canvas] S eos` sequence under full attention at every step, its logits read
 one position earlier (the shift).
-
-A keystroke at the cursor changes the end of P, and in the prefix-suffix-middle order
-everything after it, the whole suffix, would be encoded again. Instead (`shift_suffix`,
-on by default), the suffix's cached keys and values are kept and moved to their new
-positions (the keys rotated by the change in P's length, as llama.cpp's context shift
-does), and only P's new tokens and the middle marker are run. The suffix's keys and
-values then miss what was typed since they were computed: `stale` counts those tokens,
-and past MAX_STALE_TOKENS (or when the suffix or the fill so far changed) the sequence
-is encoded exactly again. docs/models.md gives the measured cost of the approximation.
 """
 
 from __future__ import annotations
@@ -39,7 +30,6 @@ from engine.models.loading import LoadedModel
 from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES
 
 MASKED = np.float32(-1.0e9)  # an attention bias no score survives (finite: no NaN on a row of them)
-MAX_STALE_TOKENS = 32  # prefix tokens the moved suffix may not have seen before it is encoded again
 
 
 @dataclass(frozen=True)
@@ -50,8 +40,6 @@ class Cached:
     parts: Parts
     kv: tuple[np.ndarray, ...]  # past_key.0, past_value.0, past_key.1, ...
     next_logits: np.ndarray | None  # (V,)
-    prompt: Prompt | None = None  # what was laid out (None: a plain prompt), the tokens `extend` added in its middle
-    stale: int = 0  # prefix tokens the suffix's keys and values did not see (moved, not recomputed)
 
 
 class OnnxLMDenoiser:
@@ -64,14 +52,8 @@ class OnnxLMDenoiser:
         info: DenoiserInfo,
         shape: tuple[int, int, int],
         provider_list: list[Any] | None = None,
-        rope_theta: float | None = None,
     ) -> None:
-        """rope_theta: the rotary embedding's base, to move cached keys (None: the suffix is
-        always encoded again, exactly)."""
         self.session = session(graph, provider_list)
-        self.shift_suffix = rope_theta is not None
-        half = np.arange(0, shape[2], 2, dtype=np.float64) / shape[2]
-        self.inv_freq = 1.0 / (float(rope_theta or 10000.0) ** half)  # (D/2,)
         self.sp = specials
         self.layout = DreamLayout(specials)
         self.info = info
@@ -84,26 +66,16 @@ class OnnxLMDenoiser:
     def encode(self, prompt: Prompt | Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
         """Lay the prompt out; with the one-token mode, run its causal sequence after the
         longest common prefix of `state`'s."""
-        asked = as_prompt(prompt)
-        parts = self.layout.parts(asked)
+        parts = self.layout.parts(as_prompt(prompt))
         longest = max(len(parts.before) + len(parts.after), len(parts.causal))
         if longest >= self.info.max_positions:
             raise ValueError(f"context of {longest} tokens exceeds max_positions={self.info.max_positions}")
-        kept = None if asked.plain else asked
-        if not self.info.autoregressive:
-            return EncodedContext(parts.causal, Cached(parts, (), None, kept), nbytes=0)
-        old = state.payload if state is not None and isinstance(state.payload, Cached) else None
-        moved = self._moved(asked, old) if self.shift_suffix and kept is not None and old is not None else None
-        if moved is not None:
-            kv, logits, stale = moved
-        else:  # exact; a moved suffix in `old` is reused only where nothing changed
-            same = old is not None and old.parts.causal == parts.causal
-            exact_upto = None
-            if old is not None and old.stale and old.prompt is not None and not same:
-                exact_upto = 1 + len(old.prompt.prefix)  # <fim_prefix> P: computed exactly
-            kv, logits = self._causal(parts.causal, old, exact_upto)
-            stale = old.stale if same and old is not None else 0
-        return EncodedContext(parts.causal, Cached(parts, kv, logits, kept, stale), nbytes=_nbytes(kv))
+        kv: tuple[np.ndarray, ...] = ()
+        logits = None
+        if self.info.autoregressive:
+            old = state.payload if state is not None and isinstance(state.payload, Cached) else None
+            kv, logits = self._causal(parts.causal, old)
+        return EncodedContext(parts.causal, Cached(parts, kv, logits), nbytes=_nbytes(kv))
 
     def denoise(self, state: EncodedContext, canvas_ids: Any, self_cond: Any | None = None) -> np.ndarray:
         """One full-attention pass of `before canvas after` for each canvas row: (B, C, V)."""
@@ -148,8 +120,7 @@ class OnnxLMDenoiser:
             raise ValueError("extend needs at least one token")
         kv, logits = self._step(pay.kv, new, len(pay.parts.causal), every=True)
         parts = Parts(before=pay.parts.before + new, after=pay.parts.after, causal=pay.parts.causal + new)
-        prompt = pay.prompt.extended(new) if pay.prompt is not None else None
-        return EncodedContext(parts.causal, Cached(parts, kv, logits[-1], prompt, pay.stale), _nbytes(kv)), logits
+        return EncodedContext(parts.causal, Cached(parts, kv, logits[-1]), _nbytes(kv)), logits
 
     def cut(self, state: EncodedContext, length: int) -> EncodedContext:
         """The state without the tokens `extend` appended after its first `length`."""
@@ -160,12 +131,7 @@ class OnnxLMDenoiser:
         before = pay.parts.before
         parts = Parts(before=before[: len(before) - drop], after=pay.parts.after, causal=pay.parts.causal[:length])
         kv, logits = self._causal(parts.causal, pay)
-        prompt = pay.prompt
-        if prompt is not None:
-            prompt = Prompt(
-                prefix=prompt.prefix, suffix=prompt.suffix, middle=prompt.middle[: len(prompt.middle) - drop]
-            )
-        return EncodedContext(parts.causal, Cached(parts, kv, logits, prompt, pay.stale), _nbytes(kv))
+        return EncodedContext(parts.causal, Cached(parts, kv, logits), _nbytes(kv))
 
     # ------------------------------------------------------------------ internals
 
@@ -174,17 +140,13 @@ class OnnxLMDenoiser:
             raise TypeError("state was not made by OnnxLMDenoiser.encode")
         return state.payload
 
-    def _causal(
-        self, seq: tuple[int, ...], old: Cached | None, exact_upto: int | None = None
-    ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    def _causal(self, seq: tuple[int, ...], old: Cached | None) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
         """Keys and values over `seq` and the next-token logits after it, reusing `old`'s
-        longest common prefix, at most `exact_upto` tokens of it (at least the last token
-        is run, for its logits)."""
+        longest common prefix (at least the last token is run, for its logits)."""
         keep = 0
         kv = self._empty()
         if old is not None and old.kv:
             keep = min(common_prefix_len(old.parts.causal, seq), len(seq) - 1)
-            keep = keep if exact_upto is None else min(keep, exact_upto)
             kv = tuple(a[:, :, :keep] for a in old.kv)
         logits: np.ndarray | None = None
         for start in range(keep, len(seq), ENCODE_CHUNK):
@@ -192,40 +154,6 @@ class OnnxLMDenoiser:
             logits = out[-1]
         assert logits is not None
         return kv, logits
-
-    def _moved(self, new: Prompt, old: Cached) -> tuple[tuple[np.ndarray, ...], np.ndarray, int] | None:
-        """The cache for `new` built from `old`'s when only the end of the prefix changed:
-        the kept prefix, its new tokens run, the suffix's keys and values moved, the middle
-        marker run; None when that does not apply (then the sequence is encoded exactly)."""
-        was = old.prompt
-        if was is None or was.suffix != new.suffix or was.middle != new.middle or not old.kv:
-            return None
-        if len(old.parts.causal) != len(self.layout.parts(was).causal):  # tokens `extend` added: a fill's state
-            return None
-        keep = common_prefix_len(was.prefix, new.prefix)
-        stale = old.stale + (len(was.prefix) - keep) + (len(new.prefix) - keep)
-        if stale > MAX_STALE_TOKENS or (keep == len(was.prefix) == len(new.prefix)):
-            return None  # too stale to move again, or nothing changed (the exact path reuses all of it)
-        head = 1 + keep  # <fim_prefix> and the kept prefix
-        kv = tuple(a[:, :, :head] for a in old.kv)
-        if len(new.prefix) > keep:
-            kv, _ = self._step(kv, new.prefix[keep:], head, every=False)
-        start, length = 1 + len(was.prefix), 1 + len(was.suffix)  # <fim_suffix> S in the old cache
-        delta = len(new.prefix) - len(was.prefix)
-        block = [a[:, :, start : start + length] for a in old.kv]
-        block[0::2] = [self._rotate(k, delta) for k in block[0::2]]  # keys move; values do not
-        kv = tuple(np.concatenate([a, b], axis=2) for a, b in zip(kv, block, strict=True))
-        kv, logits = self._step(kv, (self.sp.fim_middle, *new.middle), kv[0].shape[2], every=False)
-        return kv, logits[-1], stale
-
-    def _rotate(self, keys: np.ndarray, delta: int) -> np.ndarray:
-        """Keys (1, Hkv, L, D) rotated as if `delta` positions later (rotate-half pairs)."""
-        angle = delta * self.inv_freq  # (D/2,)
-        cos = np.concatenate([np.cos(angle), np.cos(angle)]).astype(np.float32)
-        sin = np.concatenate([np.sin(angle), np.sin(angle)]).astype(np.float32)
-        half = keys.shape[-1] // 2
-        rotated = np.concatenate([-keys[..., half:], keys[..., :half]], axis=-1)
-        return keys * cos + rotated * sin
 
     def _step(
         self, kv: tuple[np.ndarray, ...], new: Sequence[int], start: int, every: bool
@@ -292,18 +220,7 @@ def load_dir(path: Path, cfg: dict[str, Any], *, device: str = "cpu", quantizati
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelLoadError(f"{path}: config.json lacks what the exported graph needs ({exc})") from exc
-    shift = own.get("suffix_reuse", "shift")
-    if shift not in ("shift", "exact"):
-        raise ModelLoadError(f"{path}: diffusion_lsp.suffix_reuse must be shift or exact, not {shift!r}")
-    theta = _rope_theta(cfg) if shift == "shift" else None
-    den = OnnxLMDenoiser(path / graph, specials, info, (layers, kv_heads, head_dim), providers(device), theta)
+    den = OnnxLMDenoiser(path / graph, specials, info, (layers, kv_heads, head_dim), providers(device))
     defaults = {"strategy": "autoregressive"} if source in AUTOREGRESSIVE_MODEL_TYPES else {}
     defaults.update(own.get("defaults", {}))
     return LoadedModel(path=path, tokenizer=tok, denoiser=den, backend="onnx", defaults=defaults)
-
-
-def _rope_theta(cfg: dict[str, Any]) -> float:
-    """The rotary embedding's base from a Qwen2/Llama config (transformers 5 keeps it in
-    rope_parameters, earlier versions at the top level)."""
-    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-    return float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0)))
