@@ -202,10 +202,13 @@ class LocalGenerator:
         # the suffix gets at most its share, the prefix the rest; a short prefix (the top of
         # a file) leaves its unused budget to the suffix, in line-aligned steps only, so
         # that typing (which grows the prefix) rarely moves the suffix's cut
-        suffix_ids = trim_suffix(self.tok.encode, req.suffix, int(budget * SUFFIX_SHARE))
+        # a model may cap the suffix (config.json defaults `suffix_tokens`): where its layout
+        # puts the suffix after the prefix, a keystroke encodes the whole suffix again
+        cap = int(self.defaults.get("suffix_tokens", budget))
+        suffix_ids = trim_suffix(self.tok.encode, req.suffix, min(cap, int(budget * SUFFIX_SHARE)))
         prefix_ids = trim_prefix(self.tok.encode, req.prefix, budget - len(suffix_ids))
         if req.prefix.count("\n") < TRIM_QUANTUM_LINES:
-            longer = trim_suffix(self.tok.encode, req.suffix, budget - len(prefix_ids), exact=False)
+            longer = trim_suffix(self.tok.encode, req.suffix, min(cap, budget - len(prefix_ids)), exact=False)
             if len(longer) > len(suffix_ids):
                 suffix_ids = longer
         prompt = Prompt(prefix=tuple(prefix_ids), suffix=tuple(suffix_ids))

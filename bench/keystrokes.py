@@ -1,0 +1,124 @@
+"""What a keystroke costs on a model whose layout puts the suffix after the prefix
+(Qwen2.5-Coder's prefix-suffix-middle order: a keystroke encodes the whole suffix
+again), with the suffix as long as the context budget gives it and capped at
+`--cap` tokens (config.json defaults `suffix_tokens`). Prints JSON; never asserted.
+
+    python bench/keystrokes.py --model DIR [--cap N] [--positions N] [--keys K] [--context-tokens T]
+
+At N cursor positions (line starts after the first third of a held-out file, the rest of
+the line being the text typed), the first K characters of the line are typed one at a
+time, and each keystroke asks for a fill, as the editor would (the engine's context
+cache holds the previous keystroke's state). Reports the p50/p95 time of a keystroke's
+fill (encode and decode) for each, and how often the capped fill equals the uncapped one.
+(bench/results/2026-12-03-keystrokes-moved-suffix-qwen05b-int4.json: the same
+keystrokes with the suffix's keys and values moved instead of encoded again, since
+reverted.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+from engine.fill import FillOptions, InfillRequest
+from engine.local.generator import local_engine
+from engine.models.loading import load_model
+
+
+def source() -> str:
+    path = Path(sysconfig.get_paths()["stdlib"]) / "email" / "_header_value_parser.py"
+    return path.read_text(encoding="utf-8")
+
+
+def capped_copy(model: Path, into: Path, cap: int) -> Path:
+    """The model directory with defaults.suffix_tokens = cap (the weights linked, not copied)."""
+    out = into / "capped"
+    out.mkdir()
+    for f in model.iterdir():
+        (out / f.name).symlink_to(f.resolve())
+    (out / "config.json").unlink()
+    cfg = json.loads((model / "config.json").read_text())
+    cfg.setdefault("diffusion_lsp", {}).setdefault("defaults", {})["suffix_tokens"] = cap
+    (out / "config.json").write_text(json.dumps(cfg))
+    return out
+
+
+def keystrokes(text: str, positions: int, keys: int) -> list[list[tuple[str, str]]]:
+    """Per position, the (prefix, suffix) after each typed character."""
+    lines = text.split("\n")
+    starts = [sum(len(x) + 1 for x in lines[:i]) for i in range(len(lines) + 1)]
+    out = []
+    first = len(lines) // 3
+    step = max(1, (len(lines) - first) // (positions * 2))
+    i = first
+    while len(out) < positions and i < len(lines) - 1:
+        body = lines[i].lstrip()
+        if len(body) > keys + 4:
+            at = starts[i] + len(lines[i]) - len(body)
+            end = starts[i] + len(lines[i])
+            out.append([(text[: at + k], text[end:]) for k in range(1, keys + 1)])
+        i += step
+    return out
+
+
+def run(model: Path, cases: list[list[tuple[str, str]]], context_tokens: int) -> tuple[list[float], list[str]]:
+    engine = local_engine(load_model(model), FillOptions(context_tokens=context_tokens, canvas_tokens=24))
+    times, texts = [], []
+    for case in cases:
+        engine.generator.reset()  # type: ignore[attr-defined]
+        prefix, suffix = case[0][0][:-1], case[0][1]
+        engine.fill(InfillRequest(prefix=prefix, suffix=suffix, language="python"))  # the cold fill before typing
+        for prefix, suffix in case:
+            t = time.perf_counter()
+            r = engine.fill(InfillRequest(prefix=prefix, suffix=suffix, language="python"))
+            times.append((time.perf_counter() - t) * 1000)
+            texts.append(r.text)
+    return times, texts
+
+
+def summary(times: list[float]) -> dict[str, float]:
+    ordered = sorted(times)
+    return {"p50_ms": round(statistics.median(times), 1), "p95_ms": round(ordered[int(0.95 * (len(times) - 1))], 1)}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", type=Path, required=True)
+    p.add_argument("--cap", type=int, default=64, help="suffix tokens for the capped run")
+    p.add_argument("--positions", type=int, default=8)
+    p.add_argument("--keys", type=int, default=6)
+    p.add_argument("--context-tokens", type=int, default=1024)
+    args = p.parse_args()
+    cases = keystrokes(source(), args.positions, args.keys)
+    with tempfile.TemporaryDirectory() as tmp:
+        capped_dir = capped_copy(args.model, Path(tmp), args.cap)
+        whole_t, whole = run(args.model, cases, args.context_tokens)
+        capped_t, capped = run(capped_dir, cases, args.context_tokens)
+        shutil.rmtree(capped_dir)
+    first = [a.split("\n")[0] == b.split("\n")[0] for a, b in zip(capped, whole, strict=True)]
+    report = {
+        "model": str(args.model),
+        "keystrokes": len(capped),
+        "positions": len(cases),
+        "context_tokens": args.context_tokens,
+        "whole_suffix": summary(whole_t),
+        f"suffix_capped_at_{args.cap}": summary(capped_t),
+        "p50_ratio_capped_to_whole": round(statistics.median(capped_t) / statistics.median(whole_t), 2),
+        "same_fill": round(sum(a == b for a, b in zip(capped, whole, strict=True)) / len(capped), 3),
+        "same_first_line": round(sum(first) / len(first), 3),
+        "when": time.strftime("%Y-%m-%d"),
+    }
+    json.dump(report, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
