@@ -343,6 +343,9 @@ class Steering:
     stop_after: the one-token loops end a row after one of these tokens, keeping it (a
         line break where the span is one line, which the span check cuts at anyway);
         the canvas loop, which has no order to stop in, ignores it.
+    line_ends: past the deadline the one-token loop still finishes a row's first line,
+        until one of these tokens or the row's end (a slow model's fill is never cut to
+        nothing or mid-line by the deadline; cancel still stops it at once).
     """
 
     greedy_rows: Any | None = None
@@ -351,10 +354,19 @@ class Steering:
     cancel: Callable[[], bool] | None = None
     on_step: Callable[[StepView], None] | None = None
     stop_after: frozenset[int] = frozenset()
+    line_ends: frozenset[int] = frozenset()
 
     def stopped(self) -> StopReason | None:
         """Why the loop must stop before its next step, or None (`stop_requested`)."""
         return stop_requested(self.cancel, self.deadline)
+
+    def stopped_in_line(self, row: np.ndarray) -> StopReason | None:
+        """`stopped` for a one-token row holding `row` so far: the deadline waits for
+        the end of its first line (`line_ends`)."""
+        stop = self.stopped()
+        if stop == "deadline" and self.line_ends and not any(int(t) in self.line_ends for t in row):
+            return None
+        return stop
 
     def show(self, step: int, argmax_canvas: Any, canvas: Any) -> None:
         """Tell the observer, if there is one, what step `step` left."""
@@ -781,7 +793,7 @@ def _one_token_row(
     logits = to_numpy(denoiser.next_logits(state)).astype(np.float32)
     n = 1  # the first token's logits came with the context's last position
     for i in range(length):
-        if (stop := steer.stopped()) is not None:
+        if (stop := steer.stopped_in_line(tokens[r, :i])) is not None:
             return stop, n
         tok, confidence[r, i] = chooser.choose(logits, i)
         if tok in (info.eof_id, info.pad_id):

@@ -481,3 +481,17 @@ def test_the_autoregressive_loop_stops_on_cancel_and_deadline() -> None:
 
     late = run_autoregressive(den, st, 8, cfg, NumpyRandomSource(0), steer=Steering(deadline=time.monotonic() - 1))
     assert late.stop_reason == "deadline" and late.tokens[0].tolist() == [PAD] * 8
+
+
+def test_past_the_deadline_one_token_at_a_time_finishes_the_first_line() -> None:
+    """A slow model's fill is not cut to nothing: the deadline waits for a line end (here
+    token 7), and cancel still stops at once."""
+    den = FakeAutoregressive(TARGET)  # 5, 6, 7, 8, ...
+    st = EncodedContext(token_ids=(2, 3), payload=None)
+    cfg = SamplerConfig(strategy="autoregressive")
+    late = Steering(deadline=time.monotonic() - 1, line_ends=frozenset({7}))
+    res = run_autoregressive(den, st, 8, cfg, NumpyRandomSource(0), steer=late)
+    assert res.stop_reason == "deadline" and res.tokens[0].tolist() == [5, 6, 7] + [PAD] * 5
+    gone = Steering(deadline=time.monotonic() - 1, line_ends=frozenset({7}), cancel=lambda: True)
+    res = run_autoregressive(den, st, 8, cfg, NumpyRandomSource(0), steer=gone)
+    assert res.stop_reason == "cancelled" and res.tokens[0].tolist() == [PAD] * 8
