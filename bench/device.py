@@ -454,9 +454,9 @@ def run_onnx(report: Report, budget: Budget, cuda: bool, repeats: int) -> dict[s
     """The shipped model: warm fill p50 on the CPU and (when present) onnxruntime's CUDA provider."""
     import onnxruntime as ort
 
+    from engine.denoisers.loading import load_model
     from engine.fill import FillOptions, InfillRequest
     from engine.local.generator import local_engine
-    from engine.models.loading import load_model
 
     source = (REPO / "fixtures" / "code" / "inventory.py").read_text()
     lines = source.splitlines(keepends=True)

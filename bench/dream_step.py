@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from engine.denoisers.dream import DreamDenoiser
-from engine.models.loading import load_model
+from engine.denoisers.loading import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 

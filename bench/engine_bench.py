@@ -13,9 +13,9 @@ import json
 import sys
 from pathlib import Path
 
+from engine.denoisers.loading import load_model
 from engine.evaluation.benchmark import run_benchmark
 from engine.models.directory import DEFAULT_MODEL_DIR
-from engine.models.loading import load_model
 
 
 def main() -> int:

@@ -27,9 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from engine.denoisers.loading import load_model
 from engine.fill import FillOptions, InfillRequest
 from engine.local.generator import local_engine
-from engine.models.loading import load_model
 
 
 def source() -> str:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from engine.denoisers.base import Prompt
-from engine.models.loading import load_model
+from engine.denoisers.loading import load_model
 
 
 def main() -> int:

@@ -17,10 +17,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from engine.decoding import SamplerConfig
+from engine.denoisers.loading import load_model
 from engine.evaluation.heldout import evaluate_dir
 from engine.local.generator import LocalGenerator, local_engine
 from engine.models.directory import DEFAULT_MODEL_DIR
-from engine.models.loading import load_model
 
 SETTINGS: dict[str, dict[str, object]] = {
     "left_to_right": {"strategy": "left_to_right"},

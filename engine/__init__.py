@@ -13,10 +13,10 @@ The engine speaks text and token ids only; it knows nothing of LSP.
 
 from engine.candidate import Candidate
 from engine.decoding import SamplerConfig
+from engine.denoisers.loading import LoadedModel, load_model
 from engine.errors import EngineError, InputError, ModelLoadError
 from engine.fill import Engine, FillControl, FillOptions, InfillRequest, InfillResult
 from engine.local.generator import LocalGenerator, local_engine
-from engine.models.loading import LoadedModel, load_model
 
 __all__ = [
     "Candidate",

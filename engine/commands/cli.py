@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 from engine.decoding import STRATEGIES, SamplerConfig
+from engine.denoisers.loading import load_model
 from engine.errors import EngineError, InputError
 from engine.models.directory import DEFAULT_MODEL_DIR
-from engine.models.loading import load_model
 from engine.models.table import BACKENDS, QUANTIZATIONS
 from engine.spans import language_for
 

@@ -2,7 +2,7 @@
 into the local models folder, only when the user runs this command.
 
 Nothing else in diffusion-lsp downloads: the server, the editors and the other commands
-read local directories only (engine/models/loading.py). A pull, in order:
+read local directories only (engine/denoisers/loading.py). A pull, in order:
 
 1. lists the repo's files with their sizes at the revision, and pins its commit;
 2. keeps config.json, generation_config.json, the tokenizer files, the safetensors weights

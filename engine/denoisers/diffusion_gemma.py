@@ -50,10 +50,10 @@ from engine.denoisers.dg_static import StaticContext, static_step
 from engine.denoisers.hf_cache import cache_nbytes, can_crop, expand_cache, fork_cache
 from engine.denoisers.kv import common_prefix_len, suffix_first
 from engine.denoisers.layouts import Plain
+from engine.denoisers.loading import LoadedModel
 from engine.denoisers.torch import OnModelDevice, TorchRandomSource
 from engine.errors import ModelLoadError
 from engine.models.directory import DG_SPECIAL_TOKENS, TOKENIZER_FILE, first_id, require
-from engine.models.loading import LoadedModel
 from engine.models.tokenizer import Tokenizer
 
 

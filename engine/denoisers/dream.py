@@ -53,10 +53,10 @@ from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, as_promp
 from engine.denoisers.hf_cache import cache_nbytes, can_crop, expand_cache, fork_cache
 from engine.denoisers.kv import common_prefix_len
 from engine.denoisers.layouts import DreamLayout, Parts, Specials, dream_tokens
+from engine.denoisers.loading import LoadedModel
 from engine.denoisers.torch import OnModelDevice
 from engine.errors import ModelLoadError
 from engine.models.directory import CONFIG_FILE, TOKENIZER_FILE, require
-from engine.models.loading import LoadedModel
 from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES, DREAM_MODEL_TYPES
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 
 from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, PromptLayout, as_prompt
 from engine.denoisers.layouts import SuffixFirst
+from engine.denoisers.loading import LoadedModel
 from engine.models.directory import TOKENIZER_FILE, check_embedded, check_tokenizer, languages, require
-from engine.models.loading import LoadedModel
 from engine.models.tokenizer import Tokenizer
 
 # New context tokens go through the encoder this many at a time. Causal attention over T

@@ -22,9 +22,9 @@ import numpy as np
 
 from engine.denoisers.base import DenoiserInfo, PromptLayout, RandomSource, host_array
 from engine.denoisers.kv import Encoded, KVDenoiser, embedded_model, embedded_parts, suffix_first
+from engine.denoisers.loading import LoadedModel
 from engine.errors import ModelLoadError
 from engine.models.directory import DENOISE_FILE, ENCODE_FILE, require
-from engine.models.loading import LoadedModel
 
 
 def kv_names(prefix: str, layers: int) -> list[str]:

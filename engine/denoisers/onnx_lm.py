@@ -23,10 +23,10 @@ import numpy as np
 from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, RandomSource, as_prompt, host_array
 from engine.denoisers.kv import ENCODE_CHUNK, common_prefix_len
 from engine.denoisers.layouts import DreamLayout, Parts, Specials, dream_tokens
+from engine.denoisers.loading import LoadedModel
 from engine.denoisers.onnx import NumpyRandomSource, kv_names, providers, session
 from engine.errors import ModelLoadError
 from engine.models.directory import LM_GRAPH_FILE, TOKENIZER_FILE, require
-from engine.models.loading import LoadedModel
 from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES
 
 MASKED = np.float32(-1.0e9)  # an attention bias no score survives (finite: no NaN on a row of them)

@@ -11,10 +11,10 @@ import torch
 
 from engine.denoisers.base import DenoiserInfo, PromptLayout, RandomSource, host_array
 from engine.denoisers.kv import Encoded, KVDenoiser, embedded_model, embedded_parts, suffix_first
+from engine.denoisers.loading import LoadedModel
 from engine.errors import ModelLoadError
 from engine.models.directory import WEIGHTS_FILE, require
 from engine.models.embedded import DiffusionCoder, ModelConfig
-from engine.models.loading import LoadedModel
 
 
 class TorchRandomSource:

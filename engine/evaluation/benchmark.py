@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.candidate import Shown
+from engine.denoisers.loading import LoadedModel
 from engine.fill import Engine, FillOptions, InfillRequest
 from engine.local.generator import LocalGenerator, local_engine
-from engine.models.loading import LoadedModel
 
 CONTEXT_TOKENS = 1024
 CANVAS_TOKENS = 32

@@ -8,7 +8,7 @@ import json
 import sys
 
 from engine.commands.cli import engine_from_args, sampler_from_args
-from engine.models.loading import load_model
+from engine.denoisers.loading import load_model
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -33,6 +33,7 @@ import numpy as np
 from engine.candidate import Candidate
 from engine.decoding import CANDIDATE_TEMPERATURE, ONE_TOKEN_STRATEGIES, SamplerConfig
 from engine.denoisers.base import LengthPredictor, Prompt
+from engine.denoisers.loading import LoadedModel
 from engine.fill import Engine, FillControl, FillLimits, FillOptions, InfillRequest, InfillResult, Job, distinct
 from engine.local import drafter
 from engine.local.cache import DEFAULT_MAX_BYTES, ContextCache
@@ -49,7 +50,6 @@ from engine.local.sampler import (
     to_numpy,
 )
 from engine.local.verify import VerifyStats, run_verified
-from engine.models.loading import LoadedModel
 from engine.spans.lines import line_end, line_start
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """Model directories: what a model is on disk, read safely (the training side writes
-them: engine/training/save.py; engine.models.loading loads them through the backend table).
+them: engine/training/save.py; engine.denoisers.loading loads them through the backend table).
 
 An embedded-architecture model directory holds:
     config.json        format_version, model_type "diffusion_coder", architecture, regime,

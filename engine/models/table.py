@@ -3,7 +3,7 @@ what it needs installed.
 
 A leaf: it imports nothing of torch and nothing of the engine but its errors, so the
 settings, the command line and `pull` read it without loading a backend. Each row names
-its loader as "module:function"; engine.models.loading imports that module only when a
+its loader as "module:function"; engine.denoisers.loading imports that module only when a
 model of its kind is loaded. Adding a backend is one module (engine/denoisers/NAME.py with
 a `load_dir(path, cfg, device=..., quantization=...) -> LoadedModel`) and one row here.
 """

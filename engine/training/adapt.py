@@ -41,9 +41,9 @@ import torch.nn.functional as F
 
 from engine.denoisers.base import Prompt
 from engine.denoisers.layouts import DreamLayout, Specials
+from engine.denoisers.loading import LoadedModel, load_model
 from engine.errors import InputError
 from engine.models.directory import read_config
-from engine.models.loading import LoadedModel, load_model
 from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES, DREAM_MODEL_TYPES
 from engine.models.tokenizer import Tokenizer
 from engine.training.tasks import cut_example

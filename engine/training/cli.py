@@ -9,9 +9,9 @@ import json
 import sys
 from pathlib import Path
 
+from engine.denoisers.loading import load_model
 from engine.errors import InputError
 from engine.models.directory import read_config
-from engine.models.loading import load_model
 from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES, DREAM_MODEL_TYPES
 
 

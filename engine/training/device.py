@@ -641,9 +641,9 @@ def step_fill(
     if budget.left() < 10:
         e.update(status="skipped", reason=f"budget: {budget.left():.0f} s left")
         return
+    from engine.denoisers.loading import load_model
     from engine.fill import InfillRequest
     from engine.local.generator import local_engine
-    from engine.models.loading import load_model
     from engine.training.tasks import cut_example
 
     src = out / MODEL_DIR

@@ -107,7 +107,7 @@ def run_training(
                 raise ValueError("the recipe grows the trunk: a cool-down-only run cannot grow it (train it first)")
             state = grow_state(state, cfg)
     elif resume is not None:  # continue from a model directory: its weights and tokenizer
-        from engine.models.loading import load_model
+        from engine.denoisers.loading import load_model
 
         loaded = load_model(resume, backend="torch")
         model = loaded.denoiser.model  # type: ignore[attr-defined]

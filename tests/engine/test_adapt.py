@@ -18,9 +18,9 @@ import torch.nn.functional as F  # noqa: E402
 
 from engine.commands.cli import main  # noqa: E402
 from engine.denoisers.base import Prompt  # noqa: E402
+from engine.denoisers.loading import load_model  # noqa: E402
 from engine.fill import FillOptions, InfillRequest  # noqa: E402
 from engine.local.generator import local_engine  # noqa: E402
-from engine.models.loading import load_model  # noqa: E402
 from engine.training.adapt import IGNORE, PAD_WEIGHT, AdaptConfig, Sides, canvas_mask, collate, losses  # noqa: E402
 from tests import dream_checkpoint  # noqa: E402
 

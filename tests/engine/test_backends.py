@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from engine.denoisers.loading import load_model
 from engine.fill import FillOptions, InfillRequest
 from engine.local.generator import local_engine
-from engine.models.loading import load_model
 
 PREFIX = "def total(self) -> float:\n    return self.price"
 SUFFIX = "\n\n\ndef main() -> None:\n    pass\n"

@@ -69,9 +69,9 @@ def test_tiny_run(tmp_path: Path) -> None:
     target = model / "model.safetensors"
     assert hashlib.sha256(target.read_bytes()).hexdigest() == weights["sha256"]
 
+    from engine.denoisers.loading import load_model
     from engine.fill import InfillRequest
     from engine.local.generator import local_engine
-    from engine.models.loading import load_model
 
     loaded = load_model(model, backend="torch")
     r = local_engine(loaded).fill(InfillRequest(prefix="def f(x):\n    return ", suffix="\n"))

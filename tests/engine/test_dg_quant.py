@@ -17,10 +17,10 @@ pytest.importorskip("transformers.models.diffusion_gemma")
 from transformers import DiffusionGemmaForBlockDiffusion  # noqa: E402
 
 from engine.denoisers import dg_quant  # noqa: E402
+from engine.denoisers.loading import load_model  # noqa: E402
 from engine.errors import ModelLoadError  # noqa: E402
 from engine.fill import FillOptions, InfillRequest  # noqa: E402
 from engine.local.generator import local_engine  # noqa: E402
-from engine.models.loading import load_model  # noqa: E402
 from tests.engine.test_diffusion_gemma import CANVAS, _checkpoint_dir, tiny_config  # noqa: E402
 
 

@@ -495,9 +495,9 @@ def _checkpoint_dir(model: Any, root: Path) -> Path:
 
 
 def test_infill_runs_end_to_end_on_a_checkpoint_directory(model: Any, tmp_path: Path) -> None:
+    from engine.denoisers.loading import load_model
     from engine.fill import FillOptions, InfillRequest
     from engine.local.generator import LocalGenerator, local_engine
-    from engine.models.loading import load_model
 
     root = _checkpoint_dir(model, tmp_path / "dg")
     loaded = load_model(root)
@@ -519,7 +519,7 @@ def test_infill_runs_end_to_end_on_a_checkpoint_directory(model: Any, tmp_path: 
 
 
 def test_a_tokenizer_with_other_special_ids_is_refused(model: Any, tmp_path: Path) -> None:
-    from engine.models.loading import load_model
+    from engine.denoisers.loading import load_model
 
     root = _checkpoint_dir(model, tmp_path / "dg")
     data = json.loads((root / "tokenizer.json").read_text())

@@ -17,10 +17,10 @@ from transformers import Qwen2ForCausalLM  # noqa: E402
 
 from engine.denoisers.base import Prompt  # noqa: E402
 from engine.denoisers.dream import DreamDenoiser, DreamPayload  # noqa: E402
+from engine.denoisers.loading import load_model  # noqa: E402
 from engine.errors import ModelLoadError  # noqa: E402
 from engine.fill import FillOptions, InfillRequest  # noqa: E402
 from engine.local.generator import local_engine  # noqa: E402
-from engine.models.loading import load_model  # noqa: E402
 from tests import dream_checkpoint  # noqa: E402
 
 PREFIX = "def add(a, b):\n    return "

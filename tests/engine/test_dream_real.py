@@ -15,9 +15,9 @@ pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 
 from engine.denoisers.base import Prompt  # noqa: E402
+from engine.denoisers.loading import load_model  # noqa: E402
 from engine.fill import FillOptions, InfillRequest  # noqa: E402
 from engine.local.generator import local_engine  # noqa: E402
-from engine.models.loading import load_model  # noqa: E402
 from tests import weights  # noqa: E402
 
 PREFIX = 'def is_palindrome(s: str) -> bool:\n    """True when s reads the same backwards."""\n    '

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from engine.decoding import SamplerConfig
+from engine.denoisers.loading import load_model
 from engine.local.sampler import Steering, run_autoregressive, sequence_logprob
 from engine.models.embedded import DiffusionCoder, ModelConfig
-from engine.models.loading import load_model
 from engine.models.tokenizer import train_tokenizer
 from engine.training.loop import (
     Example,

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from engine.denoisers.loading import load_model
 from engine.evaluation.heldout import KINDS, draw_tasks, evaluate_dir, markdown_table, parses_no_worse, run_task
 from engine.evaluation.passk import keep_passing, mine_file, run_doctests
 from engine.fill import Engine
 from engine.local.generator import LocalGenerator, local_engine
 from engine.models.directory import DEFAULT_MODEL_DIR
-from engine.models.loading import load_model
 
 FUNCS = '''"""Small functions with doctests, for the evaluation tests."""
 

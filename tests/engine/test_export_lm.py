@@ -20,10 +20,10 @@ pytest.importorskip("transformers")
 pytest.importorskip("onnx_ir")
 
 from engine.denoisers.base import Prompt  # noqa: E402
+from engine.denoisers.loading import load_model  # noqa: E402
 from engine.denoisers.onnx_lm import OnnxLMDenoiser  # noqa: E402
 from engine.fill import FillOptions, InfillRequest  # noqa: E402
 from engine.local.generator import local_engine  # noqa: E402
-from engine.models.loading import load_model  # noqa: E402
 from engine.training.export_lm import export_lm  # noqa: E402
 from tests import dream_checkpoint  # noqa: E402
 

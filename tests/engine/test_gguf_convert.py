@@ -14,9 +14,9 @@ pytest.importorskip("gguf")
 
 from engine.commands.cli import main  # noqa: E402
 from engine.commands.convert import sha256_of  # noqa: E402
+from engine.denoisers.loading import load_model  # noqa: E402
 from engine.fill import FillOptions, InfillRequest  # noqa: E402
 from engine.local.generator import local_engine  # noqa: E402
-from engine.models.loading import load_model  # noqa: E402
 from tests.real_engine import write_gguf  # noqa: E402
 
 

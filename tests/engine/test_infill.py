@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.candidate import Shown
+from engine.denoisers.loading import load_model
 from engine.fill import Engine, FillControl, FillOptions, InfillRequest
 from engine.local.generator import LocalGenerator, local_engine, trim_prefix, trim_suffix
-from engine.models.loading import load_model
 
 from ..conftest import FIXTURE_CODE
 

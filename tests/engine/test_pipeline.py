@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from engine.commands.cli import main
-from engine.models.loading import load_model
+from engine.denoisers.loading import load_model
 
 from ..conftest import FIXTURE_CODE
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from engine.candidate import Candidate
+from engine.denoisers.loading import load_model
 from engine.fill import Engine, InfillRequest
 from engine.local.generator import LocalGenerator, local_engine
-from engine.models.loading import load_model
 from engine.syntax import check_candidates
 
 from ..conftest import FIXTURE_CODE

@@ -64,10 +64,10 @@ if str(ROOT) not in sys.path:  # run as a script: sys.path[0] is tests/lsp
 
 from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, RandomSource, as_prompt, host_array  # noqa: E402
 from engine.denoisers.kv import denoiser_info, suffix_first  # noqa: E402
+from engine.denoisers.loading import LoadedModel  # noqa: E402
 from engine.denoisers.onnx import NumpyRandomSource  # noqa: E402
 from engine.errors import ModelLoadError  # noqa: E402
 from engine.models.directory import DEFAULT_MODEL_DIR, TOKENIZER_FILE, read_config  # noqa: E402
-from engine.models.loading import LoadedModel  # noqa: E402
 from engine.models.table import BACKENDS  # noqa: E402
 from engine.models.tokenizer import Tokenizer  # noqa: E402
 

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from engine.denoisers import loading
+from engine.denoisers.loading import LoadedModel, load_model
 from engine.errors import ModelLoadError
-from engine.models import loading, table
-from engine.models.loading import LoadedModel, load_model
+from engine.models import table
 
 
 def test_auto_takes_the_first_row_that_loads_the_model_type() -> None:
