@@ -417,7 +417,8 @@ class LocalGenerator:
             cancel=control.cancel,
             on_step=on_step,
             stop_after=self.tok.line_break_ids if one_line else frozenset(),  # the one-token loops only
-            line_ends=self.tok.line_break_ids,  # the deadline lets one token at a time finish the first line
+            line_ends=self.tok.line_break_ids,  # the deadline lets one token at a time finish a line of text
+            blanks=self.tok.blank_ids,
         )
         if cfg.strategy == "autoregressive" and not job.request.refine:
             return run_autoregressive(self.den, state, c, cfg, rng, batch=b, steer=steer)

@@ -343,9 +343,10 @@ class Steering:
     stop_after: the one-token loops end a row after one of these tokens, keeping it (a
         line break where the span is one line, which the span check cuts at anyway);
         the canvas loop, which has no order to stop in, ignores it.
-    line_ends: past the deadline the one-token loop still finishes a row's first line,
-        until one of these tokens or the row's end (a slow model's fill is never cut to
-        nothing or mid-line by the deadline; cancel still stops it at once).
+    line_ends, blanks: past the deadline the one-token loop still finishes a row's first
+        line that holds text: until a token of `line_ends` after (or with) one not in
+        `blanks`, or the row's end (a slow model's fill is never cut to nothing or
+        mid-line by the deadline; cancel still stops it at once).
     """
 
     greedy_rows: Any | None = None
@@ -355,6 +356,7 @@ class Steering:
     on_step: Callable[[StepView], None] | None = None
     stop_after: frozenset[int] = frozenset()
     line_ends: frozenset[int] = frozenset()
+    blanks: frozenset[int] = frozenset()
 
     def stopped(self) -> StopReason | None:
         """Why the loop must stop before its next step, or None (`stop_requested`)."""
@@ -364,9 +366,14 @@ class Steering:
         """`stopped` for a one-token row holding `row` so far: the deadline waits for
         the end of its first line (`line_ends`)."""
         stop = self.stopped()
-        if stop == "deadline" and self.line_ends and not any(int(t) in self.line_ends for t in row):
-            return None
-        return stop
+        if stop != "deadline" or not self.line_ends:
+            return stop
+        text = False  # a token with text seen on the row
+        for token in (int(t) for t in row):
+            if token in self.line_ends and (text or token not in self.blanks):
+                return stop  # a line with text is done
+            text = text or token not in self.blanks
+        return None
 
     def show(self, step: int, argmax_canvas: Any, canvas: Any) -> None:
         """Tell the observer, if there is one, what step `step` left."""

@@ -77,6 +77,12 @@ class Tokenizer:
         texts = self.hf.decode_batch([[i] for i in range(self.vocab_size)], skip_special_tokens=True)
         return frozenset(i for i, text in enumerate(texts) if "\n" in text)
 
+    @functools.cached_property
+    def blank_ids(self) -> frozenset[int]:
+        """Ids of the tokens whose text is white space only (line breaks included)."""
+        texts = self.hf.decode_batch([[i] for i in range(self.vocab_size)], skip_special_tokens=True)
+        return frozenset(i for i, text in enumerate(texts) if text and not text.strip())
+
     def decode(self, ids: Sequence[int]) -> str:
         return str(self.hf.decode(list(ids), skip_special_tokens=True))
 

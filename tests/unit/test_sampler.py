@@ -492,6 +492,10 @@ def test_past_the_deadline_one_token_at_a_time_finishes_the_first_line() -> None
     late = Steering(deadline=time.monotonic() - 1, line_ends=frozenset({7}))
     res = run_autoregressive(den, st, 8, cfg, NumpyRandomSource(0), steer=late)
     assert res.stop_reason == "deadline" and res.tokens[0].tolist() == [5, 6, 7] + [PAD] * 5
+    # a line break before any text does not end the first line: 5 is white space here
+    blank_first = Steering(deadline=time.monotonic() - 1, line_ends=frozenset({5, 7}), blanks=frozenset({5}))
+    res = run_autoregressive(den, st, 8, cfg, NumpyRandomSource(0), steer=blank_first)
+    assert res.tokens[0].tolist() == [5, 6, 7] + [PAD] * 5
     gone = Steering(deadline=time.monotonic() - 1, line_ends=frozenset({7}), cancel=lambda: True)
     res = run_autoregressive(den, st, 8, cfg, NumpyRandomSource(0), steer=gone)
     assert res.stop_reason == "cancelled" and res.tokens[0].tolist() == [PAD] * 8
