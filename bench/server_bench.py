@@ -2,7 +2,7 @@
 one `--model` names (e.g. an export of Qwen2.5-Coder-0.5B: `diffusion-infill export-onnx`).
 Prints JSON; never asserted in tests.
 
-    python bench/server_bench.py [--repeats N] [--model DIR] [--context-tokens N] [--llama GGUF]
+    python bench/server_bench.py [--repeats N] [--model DIR] [--context-tokens N] [--deadline-ms N] [--llama GGUF]
 
 `--llama GGUF`: then the same scenarios, at the same positions, through the same server
 with llama.cpp's server (xllamacpp, the dev extra, 2 threads) serving the GGUF as its
@@ -51,12 +51,18 @@ def p95(xs: list[float]) -> float:
 
 
 async def run(
-    repeats: int, model: str | None = None, context_tokens: int = 1024, remote: dict[str, object] | None = None
+    repeats: int,
+    model: str | None = None,
+    context_tokens: int = 1024,
+    remote: dict[str, object] | None = None,
+    deadline_ms: int | None = None,
 ) -> dict[str, object]:
     text = source()
     lines = text.split("\n")
     client = make_test_lsp_client()
     settings: dict[str, object] = {"contextTokens": context_tokens}
+    if deadline_ms:
+        settings["deadlineMs"] = deadline_ms
     if model:
         settings["model"] = model
     settings.update(remote or {})
@@ -151,6 +157,7 @@ async def run(
         "file_lines": len(lines),
         "context_tokens": context_tokens,
         "empty_answers": empty,
+        "deadline_ms": deadline_ms or "the default",
         "model": (remote or {}).get("endpoint") or model or "shipped",
     }
 
@@ -162,7 +169,7 @@ def llama(args: argparse.Namespace) -> dict[str, object]:
 
     with llama_server(args.llama, threads=2, ctx=4096) as engine:
         remote = {"endpoint": engine.url, "dialect": "llama-infill"}
-        return asyncio.run(run(args.repeats, None, args.context_tokens, remote))
+        return asyncio.run(run(args.repeats, None, args.context_tokens, remote, args.deadline_ms))
 
 
 def main() -> int:
@@ -171,8 +178,9 @@ def main() -> int:
     p.add_argument("--model", help="model directory (the server's model setting; default: the shipped model)")
     p.add_argument("--context-tokens", type=int, default=1024)
     p.add_argument("--llama", type=Path, help="a GGUF to serve with llama.cpp beside, for the ratios")
+    p.add_argument("--deadline-ms", type=int, help="the server's deadlineMs (default: the setting's default)")
     args = p.parse_args()
-    report = asyncio.run(run(args.repeats, args.model, args.context_tokens))
+    report = asyncio.run(run(args.repeats, args.model, args.context_tokens, None, args.deadline_ms))
     if args.llama:
         report = {"ours": report, "llama_cpp": llama(args), "when": time.strftime("%Y-%m-%d")}
         for kind in ("cold", "warm"):
