@@ -27,7 +27,7 @@ QWEN_GGUF = "qwen2.5-coder-0.5b-instruct.gguf"
 QWEN_SIZE = 491_400_064
 QWEN_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
 QWEN_DIR = "qwen2.5-coder-0.5b-instruct"
-QWEN_INT4_DIR = "qwen2.5-coder-0.5b-int4"  # its export for the base install (export-onnx --quantize int4)
+QWEN_INT8_DIR = "qwen2.5-coder-0.5b-int8"  # its export for the base install (export-onnx, 8 bits)
 
 
 def qwen_coder_dir() -> Path | None:
@@ -71,15 +71,15 @@ def fetch_qwen_coder() -> Path:
     return out
 
 
-def export_qwen_coder_int4(source: Path) -> Path:
-    """The checkpoint exported for the onnx backend in 4 bits (about 2 minutes and 6.5 GB
+def export_qwen_coder_int8(source: Path) -> Path:
+    """The checkpoint exported for the onnx backend in 8 bits (about 2 minutes and 6.5 GB
     of memory here); kept when present (config.json is written last)."""
-    out = CACHE / QWEN_INT4_DIR
+    out = CACHE / QWEN_INT8_DIR
     if (out / "config.json").is_file():
         return out
     from engine.training.export_lm import export_lm
 
-    return export_lm(source, out, "int4")
+    return export_lm(source, out, "int8")
 
 
 if __name__ == "__main__":

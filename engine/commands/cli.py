@@ -431,8 +431,9 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument(
         "--quantize",
         choices=("int4", "int8", "none"),
-        default="int4",
-        help="a Qwen2, Llama or Dream checkpoint's weights in 4 or 8 bits (onnxruntime's MatMulNBits), or float32",
+        default="int8",
+        help="a Qwen2, Llama or Dream checkpoint's weights in 8 bits (the default: as good as float32 on the "
+        "held-out eval), 4 (faster, but measured worse: docs/models.md), or float32",
     )
     x.set_defaults(func=_lazy("engine.training.cli", "cmd_export"))
 

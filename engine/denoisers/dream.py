@@ -247,11 +247,11 @@ class DreamDenoiser(OnModelDevice):
             out = self.model(input_ids=ids, position_ids=positions, use_cache=True, **{_CACHE_KW: cache})
         return out.logits[0].float()
 
-    def _full_mask(self, batch: int, queries: int, keys: int) -> dict[str, torch.Tensor]:
-        """Every query sees every key: an additive mask of zeros (the layers' own mask
-        builder is skipped when it gets a mapping)."""
-        zeros = torch.zeros((batch, 1, queries, keys), dtype=self.model.dtype, device=self.device)
-        return {"full_attention": zeros, "sliding_attention": zeros}
+    def _full_mask(self, batch: int, queries: int, keys: int) -> torch.Tensor:
+        """Every query sees every key: an additive 4D mask of zeros, which the mask builders
+        of transformers' Qwen2 and Llama models take as given (a mapping of masks, which
+        Qwen2 also takes, makes LlamaModel fail in transformers 5.25)."""
+        return torch.zeros((batch, 1, queries, keys), dtype=self.model.dtype, device=self.device)
 
     def _canvas_logits(self, hidden: torch.Tensor, first: int, length: int) -> torch.Tensor:
         """The shift, in one place: the logits of canvas position j come from the hidden

@@ -124,7 +124,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + rotated * sin
 
 
-def export_lm(source: Path, out: Path, quantize: str = "int4") -> Path:
+def export_lm(source: Path, out: Path, quantize: str = "int8") -> Path:
     """Export the checkpoint in `source` to an onnx model directory `out` (config.json,
     tokenizer.json, model.onnx and its weights file); returns `out`."""
     from engine.denoisers.dream import load_causal_model

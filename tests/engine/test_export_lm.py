@@ -72,12 +72,12 @@ def test_the_one_token_mode_equals_torch(
 
 
 @pytest.mark.parametrize("quantize", list(TOLERANCE))
-@pytest.mark.parametrize("model_type", ["qwen2", "Dream"])
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
 def test_the_canvas_equals_torch(
     model_type: str, quantize: str, sources: dict[str, Path], exported: dict[tuple[str, str], Path]
 ) -> None:
     """Full attention over `start P [canvas] S eos`, logits shifted by one (the dream backend's
-    exact step; its Llama path takes no full-attention mask in this transformers)."""
+    exact step)."""
     ref = load_model(sources[model_type], backend="dream").denoiser
     den = load_model(exported[model_type, quantize]).denoiser
     canvas = np.full((2, 6), den.info.mask_id, dtype=np.int64)
