@@ -48,8 +48,8 @@ from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, PromptLa
 from engine.denoisers.dg_graph import StepGraph, graph_unavailable_reason
 from engine.denoisers.dg_static import StaticContext, static_step
 from engine.denoisers.hf_cache import cache_nbytes, can_crop, expand_cache, fork_cache
-from engine.denoisers.kv import common_prefix_len, suffix_first
-from engine.denoisers.layouts import Plain
+from engine.denoisers.kv import common_prefix_len
+from engine.denoisers.layouts import Plain, suffix_first
 from engine.denoisers.loading import LoadedModel
 from engine.denoisers.torch import OnModelDevice, TorchRandomSource
 from engine.errors import ModelLoadError

@@ -49,15 +49,15 @@ try:
 except ImportError as exc:
     raise ImportError("The dream backend needs torch and transformers: pip install 'diffusion-lsp[torch]'") from exc
 
-from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, as_prompt
+from engine.denoisers.base import EncodedContext, Prompt, as_prompt
 from engine.denoisers.hf_cache import cache_nbytes, can_crop, expand_cache, fork_cache
 from engine.denoisers.kv import common_prefix_len
-from engine.denoisers.layouts import DreamLayout, Parts, Specials, dream_tokens
+from engine.denoisers.layouts import DreamLayout, Parts, Specials, dream_mode, dream_tokens
 from engine.denoisers.loading import LoadedModel
 from engine.denoisers.torch import OnModelDevice
 from engine.errors import ModelLoadError
 from engine.models.directory import CONFIG_FILE, TOKENIZER_FILE, require
-from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES, DREAM_MODEL_TYPES
+from engine.models.table import DREAM_MODEL_TYPES
 
 log = logging.getLogger(__name__)
 
@@ -123,16 +123,7 @@ class DreamDenoiser(OnModelDevice):
         self.layout = DreamLayout(specials)
         self.cache_mode = cache
         cfg = model.config
-        self.info = DenoiserInfo(
-            vocab_size=int(cfg.vocab_size),
-            regime="absorbing",
-            eof_id=specials.eof,
-            pad_id=specials.pad,
-            mask_id=specials.mask,
-            max_positions=int(cfg.max_position_embeddings),
-            suppress_ids=tuple(dict.fromkeys((specials.mask, *suppress_ids))),
-            autoregressive=autoregressive,
-        )
+        self.info = specials.info(int(cfg.vocab_size), int(cfg.max_position_embeddings), suppress_ids, autoregressive)
         self._dual: tuple[tuple[tuple[int, ...], int], Cache] | None = None  # (state ids, canvas length) -> K/V
 
     # ------------------------------------------------------------------ protocol
@@ -191,7 +182,7 @@ class DreamDenoiser(OnModelDevice):
             raise ValueError("extend needs at least one token")
         cache = fork_cache(pay.cache)
         logits = self._run_causal(cache, new, len(pay.parts.causal))
-        parts = Parts(before=pay.parts.before + new, after=pay.parts.after, causal=pay.parts.causal + new)
+        parts = pay.parts.extended(new)
         out = EncodedContext(parts.causal, DreamPayload(parts, cache, logits[-1]), cache_nbytes(cache))
         return out, logits
 
@@ -200,15 +191,13 @@ class DreamDenoiser(OnModelDevice):
         cache cropped (or the kept sequence run again where it cannot be), and the last
         kept token run again for its next-token logits."""
         pay = self._payload(state)
-        drop = len(pay.parts.causal) - length
-        if drop <= 0:
+        if length >= len(pay.parts.causal):
             return state
         if pay.cache is None:
             raise NotImplementedError(
                 "this checkpoint's one-token mode is off (config.json diffusion_lsp.autoregressive)"
             )
-        before = pay.parts.before
-        parts = Parts(before=before[: len(before) - drop], after=pay.parts.after, causal=pay.parts.causal[:length])
+        parts = pay.parts.cut(length)
         cache, logits = self._causal(parts.causal, pay)
         return EncodedContext(parts.causal, DreamPayload(parts, cache, logits[-1]), cache_nbytes(cache))
 
@@ -370,10 +359,7 @@ def load_dir(path: Path, cfg: dict[str, Any], *, device: str = "cpu", quantizati
     cache = own.get("cache", "exact")
     if cache not in CACHE_MODES:
         raise ModelLoadError(f"{path / CONFIG_FILE}: diffusion_lsp.cache must be one of {', '.join(CACHE_MODES)}")
-    autoregressive = bool(own.get("autoregressive", model_type in AUTOREGRESSIVE_MODEL_TYPES))
+    autoregressive, defaults = dream_mode(model_type, own)
     model = load_causal_model(path, cfg, device)
     den = DreamDenoiser(model, specials, autoregressive=autoregressive, cache=cache, suppress_ids=suppress)
-    # an autoregressive checkpoint's canvas is untrained: it decodes one token at a time
-    defaults = {"strategy": "autoregressive"} if model_type in AUTOREGRESSIVE_MODEL_TYPES else {}
-    defaults.update(own.get("defaults", {}))
     return LoadedModel(path=path, tokenizer=tok, denoiser=den, backend="dream", defaults=defaults)

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, PromptLayout, as_prompt
-from engine.denoisers.layouts import SuffixFirst
 from engine.denoisers.loading import LoadedModel
 from engine.models.directory import TOKENIZER_FILE, check_embedded, check_tokenizer, languages, require
 from engine.models.tokenizer import Tokenizer
@@ -180,12 +179,6 @@ def embedded_parts(path: Path, cfg: dict[str, Any]) -> tuple[Tokenizer, Denoiser
     tok = Tokenizer.from_file(path / TOKENIZER_FILE)
     check_tokenizer(path, cfg, tok)
     return tok, denoiser_info(cfg)
-
-
-def suffix_first(tok: Tokenizer) -> SuffixFirst:
-    """The suffix-prefix-middle layout with the tokenizer's markers."""
-    sp = tok.special
-    return SuffixFirst(suffix=sp.suffix, prefix=sp.prefix, middle=sp.middle)
 
 
 def embedded_model(path: Path, cfg: dict[str, Any], tok: Tokenizer, den: Any, backend: str) -> LoadedModel:

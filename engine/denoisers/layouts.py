@@ -10,13 +10,15 @@ in the order its model was trained on. Torch-free: the onnx backends use them to
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.denoisers.base import Prompt
+from engine.denoisers.base import DenoiserInfo, Prompt
 from engine.errors import ModelLoadError
 from engine.models.directory import CONFIG_FILE, DG_SPECIAL_TOKENS, TOKENIZER_FILE, first_id, first_known
+from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES
 from engine.models.tokenizer import Tokenizer
 
 
@@ -36,6 +38,12 @@ class SuffixFirst:
         if prompt.plain:
             return (*prompt.prefix, *prompt.middle)
         return (self.suffix, *prompt.suffix, self.prefix, *prompt.prefix, *prompt.middle, self.middle)
+
+
+def suffix_first(tok: Tokenizer) -> SuffixFirst:
+    """The suffix-prefix-middle layout with the tokenizer's markers."""
+    sp = tok.special
+    return SuffixFirst(suffix=sp.suffix, prefix=sp.prefix, middle=sp.middle)
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,22 @@ class Specials:
     fim_suffix: int
     fim_middle: int
 
+    def info(
+        self, vocab_size: int, max_positions: int, suppress_ids: Sequence[int], autoregressive: bool
+    ) -> DenoiserInfo:
+        """The facts of a model with these ids: an absorbing canvas of the mask token,
+        which is never sampled."""
+        return DenoiserInfo(
+            vocab_size=vocab_size,
+            regime="absorbing",
+            eof_id=self.eof,
+            pad_id=self.pad,
+            mask_id=self.mask,
+            max_positions=max_positions,
+            suppress_ids=tuple(dict.fromkeys((self.mask, *suppress_ids))),
+            autoregressive=autoregressive,
+        )
+
 
 @dataclass(frozen=True)
 class Parts:
@@ -68,6 +92,16 @@ class Parts:
     before: tuple[int, ...]  # start, prefix, fill so far: the canvas follows
     after: tuple[int, ...]  # the suffix and end-of-text: they follow the canvas
     causal: tuple[int, ...]  # the one-token mode's sequence (prefix-suffix-middle)
+
+    def extended(self, new: tuple[int, ...]) -> Parts:
+        """`new` tokens appended to the fill (the one-token mode's `extend`)."""
+        return Parts(before=self.before + new, after=self.after, causal=self.causal + new)
+
+    def cut(self, length: int) -> Parts:
+        """The causal sequence's first `length` tokens: what `extended` added after them
+        dropped from both layouts."""
+        drop = len(self.causal) - length
+        return Parts(before=self.before[: len(self.before) - drop], after=self.after, causal=self.causal[:length])
 
 
 @dataclass(frozen=True)
@@ -129,3 +163,13 @@ def dream_tokens(path: Path, cfg: dict[str, Any], own: dict[str, Any]) -> tuple[
     # never sampled: the tokenizer's special tokens (but the ends) and the rows it never produces
     special = [i for i, t in hf.get_added_tokens_decoder().items() if t.special and i not in (sp.eof, sp.pad)]
     return tok, specials, [*special, *range(tok.vocab_size, vocab)]
+
+
+def dream_mode(model_type: object, own: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+    """(the one-token mode on, the sampler defaults) of a checkpoint in the Dream layouts:
+    a plain Qwen2/Llama checkpoint's canvas is untrained, so it decodes one token at a
+    time; config.json's diffusion_lsp `autoregressive` and `defaults` say otherwise."""
+    plain = model_type in AUTOREGRESSIVE_MODEL_TYPES
+    defaults: dict[str, Any] = {"strategy": "autoregressive"} if plain else {}
+    defaults.update(own.get("defaults", {}))
+    return bool(own.get("autoregressive", plain)), defaults

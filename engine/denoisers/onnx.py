@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from engine.denoisers.base import DenoiserInfo, PromptLayout, RandomSource, host_array
-from engine.denoisers.kv import Encoded, KVDenoiser, embedded_model, embedded_parts, suffix_first
+from engine.denoisers.kv import Encoded, KVDenoiser, embedded_model, embedded_parts
+from engine.denoisers.layouts import suffix_first
 from engine.denoisers.loading import LoadedModel
 from engine.errors import ModelLoadError
 from engine.models.directory import DENOISE_FILE, ENCODE_FILE, require

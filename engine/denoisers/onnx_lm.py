@@ -22,12 +22,11 @@ import numpy as np
 
 from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, RandomSource, as_prompt, host_array
 from engine.denoisers.kv import ENCODE_CHUNK, common_prefix_len
-from engine.denoisers.layouts import DreamLayout, Parts, Specials, dream_tokens
+from engine.denoisers.layouts import DreamLayout, Parts, Specials, dream_mode, dream_tokens
 from engine.denoisers.loading import LoadedModel
 from engine.denoisers.onnx import NumpyRandomSource, kv_names, providers, session
 from engine.errors import ModelLoadError
 from engine.models.directory import LM_GRAPH_FILE, TOKENIZER_FILE, require
-from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES
 
 MASKED = np.float32(-1.0e9)  # an attention bias no score survives (finite: no NaN on a row of them)
 
@@ -119,17 +118,15 @@ class OnnxLMDenoiser:
         if not new:
             raise ValueError("extend needs at least one token")
         kv, logits = self._step(pay.kv, new, len(pay.parts.causal), every=True)
-        parts = Parts(before=pay.parts.before + new, after=pay.parts.after, causal=pay.parts.causal + new)
+        parts = pay.parts.extended(new)
         return EncodedContext(parts.causal, Cached(parts, kv, logits[-1]), _nbytes(kv)), logits
 
     def cut(self, state: EncodedContext, length: int) -> EncodedContext:
         """The state without the tokens `extend` appended after its first `length`."""
         pay = self._payload(state)
-        drop = len(pay.parts.causal) - length
-        if drop <= 0:
+        if length >= len(pay.parts.causal):
             return state
-        before = pay.parts.before
-        parts = Parts(before=before[: len(before) - drop], after=pay.parts.after, causal=pay.parts.causal[:length])
+        parts = pay.parts.cut(length)
         kv, logits = self._causal(parts.causal, pay)
         return EncodedContext(parts.causal, Cached(parts, kv, logits), _nbytes(kv))
 
@@ -204,23 +201,12 @@ def load_dir(path: Path, cfg: dict[str, Any], *, device: str = "cpu", quantizati
     graph = own.get("graph", LM_GRAPH_FILE)
     require(path, TOKENIZER_FILE, graph)
     tok, specials, suppress = dream_tokens(path, cfg, own)
-    source = own.get("source_model_type")
+    autoregressive, defaults = dream_mode(own.get("source_model_type"), own)
     try:
         layers, kv_heads = int(cfg["num_hidden_layers"]), int(cfg["num_key_value_heads"])
         head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]))
-        info = DenoiserInfo(
-            vocab_size=int(cfg["vocab_size"]),
-            regime="absorbing",
-            eof_id=specials.eof,
-            pad_id=specials.pad,
-            mask_id=specials.mask,
-            max_positions=int(cfg["max_position_embeddings"]),
-            suppress_ids=tuple(dict.fromkeys((specials.mask, *suppress))),
-            autoregressive=bool(own.get("autoregressive", source in AUTOREGRESSIVE_MODEL_TYPES)),
-        )
+        info = specials.info(int(cfg["vocab_size"]), int(cfg["max_position_embeddings"]), suppress, autoregressive)
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelLoadError(f"{path}: config.json lacks what the exported graph needs ({exc})") from exc
     den = OnnxLMDenoiser(path / graph, specials, info, (layers, kv_heads, head_dim), providers(device))
-    defaults = {"strategy": "autoregressive"} if source in AUTOREGRESSIVE_MODEL_TYPES else {}
-    defaults.update(own.get("defaults", {}))
     return LoadedModel(path=path, tokenizer=tok, denoiser=den, backend="onnx", defaults=defaults)

@@ -72,16 +72,19 @@ class Tokenizer:
         return list(self.hf.encode(text, add_special_tokens=False).ids)
 
     @functools.cached_property
+    def _token_texts(self) -> list[str]:
+        """Each token's text alone (the whole vocabulary decoded once, on first use)."""
+        return list(self.hf.decode_batch([[i] for i in range(self.vocab_size)], skip_special_tokens=True))
+
+    @functools.cached_property
     def line_break_ids(self) -> frozenset[int]:
-        """Ids of the tokens whose text holds a line break (decoded once, on first use)."""
-        texts = self.hf.decode_batch([[i] for i in range(self.vocab_size)], skip_special_tokens=True)
-        return frozenset(i for i, text in enumerate(texts) if "\n" in text)
+        """Ids of the tokens whose text holds a line break."""
+        return frozenset(i for i, text in enumerate(self._token_texts) if "\n" in text)
 
     @functools.cached_property
     def blank_ids(self) -> frozenset[int]:
         """Ids of the tokens whose text is white space only (line breaks included)."""
-        texts = self.hf.decode_batch([[i] for i in range(self.vocab_size)], skip_special_tokens=True)
-        return frozenset(i for i, text in enumerate(texts) if text and not text.strip())
+        return frozenset(i for i, text in enumerate(self._token_texts) if text and not text.strip())
 
     def decode(self, ids: Sequence[int]) -> str:
         return str(self.hf.decode(list(ids), skip_special_tokens=True))

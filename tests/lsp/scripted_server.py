@@ -63,7 +63,8 @@ if str(ROOT) not in sys.path:  # run as a script: sys.path[0] is tests/lsp
     sys.path.insert(0, str(ROOT))
 
 from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, RandomSource, as_prompt, host_array  # noqa: E402
-from engine.denoisers.kv import denoiser_info, suffix_first  # noqa: E402
+from engine.denoisers.kv import denoiser_info  # noqa: E402
+from engine.denoisers.layouts import suffix_first  # noqa: E402
 from engine.denoisers.loading import LoadedModel  # noqa: E402
 from engine.denoisers.onnx import NumpyRandomSource  # noqa: E402
 from engine.errors import ModelLoadError  # noqa: E402
