@@ -52,7 +52,7 @@ except ImportError as exc:
 from engine.denoisers.base import EncodedContext, Prompt, as_prompt
 from engine.denoisers.hf_cache import cache_nbytes, can_crop, expand_cache, fork_cache
 from engine.denoisers.kv import common_prefix_len
-from engine.denoisers.layouts import DreamLayout, Parts, Specials, dream_mode, dream_tokens
+from engine.denoisers.layouts import ONE_TOKEN_OFF, DreamLayout, Parts, Specials, dream_mode, dream_tokens
 from engine.denoisers.loading import LoadedModel
 from engine.denoisers.torch import OnModelDevice
 from engine.errors import ModelLoadError
@@ -164,9 +164,7 @@ class DreamDenoiser(OnModelDevice):
         """(V,) logits of the token after the state's causal sequence."""
         pay = self._payload(state)
         if pay.next_logits is None:
-            raise NotImplementedError(
-                "this checkpoint's one-token mode is off (config.json diffusion_lsp.autoregressive)"
-            )
+            raise NotImplementedError(ONE_TOKEN_OFF)
         return pay.next_logits
 
     def extend(self, state: EncodedContext, new_ids: Sequence[int]) -> tuple[EncodedContext, torch.Tensor]:
@@ -174,9 +172,7 @@ class DreamDenoiser(OnModelDevice):
         each of them (T, V). Never mutates `state`."""
         pay = self._payload(state)
         if pay.cache is None:
-            raise NotImplementedError(
-                "this checkpoint's one-token mode is off (config.json diffusion_lsp.autoregressive)"
-            )
+            raise NotImplementedError(ONE_TOKEN_OFF)
         new = tuple(int(t) for t in new_ids)
         if not new:
             raise ValueError("extend needs at least one token")
@@ -194,9 +190,7 @@ class DreamDenoiser(OnModelDevice):
         if length >= len(pay.parts.causal):
             return state
         if pay.cache is None:
-            raise NotImplementedError(
-                "this checkpoint's one-token mode is off (config.json diffusion_lsp.autoregressive)"
-            )
+            raise NotImplementedError(ONE_TOKEN_OFF)
         parts = pay.parts.cut(length)
         cache, logits = self._causal(parts.causal, pay)
         return EncodedContext(parts.causal, DreamPayload(parts, cache, logits[-1]), cache_nbytes(cache))

@@ -165,6 +165,9 @@ def dream_tokens(path: Path, cfg: dict[str, Any], own: dict[str, Any]) -> tuple[
     return tok, specials, [*special, *range(tok.vocab_size, vocab)]
 
 
+ONE_TOKEN_OFF = "this checkpoint's one-token mode is off (config.json diffusion_lsp.autoregressive)"
+
+
 def dream_mode(model_type: object, own: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
     """(the one-token mode on, the sampler defaults) of a checkpoint in the Dream layouts:
     a plain Qwen2/Llama checkpoint's canvas is untrained, so it decodes one token at a

@@ -22,7 +22,7 @@ import numpy as np
 
 from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, RandomSource, as_prompt, host_array
 from engine.denoisers.kv import ENCODE_CHUNK, common_prefix_len
-from engine.denoisers.layouts import DreamLayout, Parts, Specials, dream_mode, dream_tokens
+from engine.denoisers.layouts import ONE_TOKEN_OFF, DreamLayout, Parts, Specials, dream_mode, dream_tokens
 from engine.denoisers.loading import LoadedModel
 from engine.denoisers.onnx import NumpyRandomSource, kv_names, providers, session
 from engine.errors import ModelLoadError
@@ -102,18 +102,14 @@ class OnnxLMDenoiser:
     def next_logits(self, state: EncodedContext) -> np.ndarray:
         pay = self._payload(state)
         if pay.next_logits is None:
-            raise NotImplementedError(
-                "this checkpoint's one-token mode is off (config.json diffusion_lsp.autoregressive)"
-            )
+            raise NotImplementedError(ONE_TOKEN_OFF)
         return pay.next_logits
 
     def extend(self, state: EncodedContext, new_ids: Sequence[int]) -> tuple[EncodedContext, np.ndarray]:
         """`state` with `new_ids` appended to the fill, and the logits after each (T, V)."""
         pay = self._payload(state)
         if pay.next_logits is None:
-            raise NotImplementedError(
-                "this checkpoint's one-token mode is off (config.json diffusion_lsp.autoregressive)"
-            )
+            raise NotImplementedError(ONE_TOKEN_OFF)
         new = tuple(int(t) for t in new_ids)
         if not new:
             raise ValueError("extend needs at least one token")
