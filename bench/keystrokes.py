@@ -1,9 +1,15 @@
 """What a keystroke costs on a model whose layout puts the suffix after the prefix
-(Qwen2.5-Coder's prefix-suffix-middle order: a keystroke encodes the whole suffix
-again), with the suffix as long as the context budget gives it and capped at
-`--cap` tokens (config.json defaults `suffix_tokens`). Prints JSON; never asserted.
+(Qwen2.5-Coder's prefix-suffix-middle order), under two settings of the model's
+config.json `defaults` side by side in one run: `--base` and `--variant` (JSON objects
+merged into the directory's defaults; the weights are linked, not copied). Prints JSON;
+never asserted.
 
-    python bench/keystrokes.py --model DIR [--cap N] [--positions N] [--keys K] [--context-tokens T]
+    python bench/keystrokes.py --model DIR [--base JSON] [--variant JSON] [--positions N] [--keys K] [--context-tokens T]
+
+For example the suffix capped at 64 tokens against the whole suffix:
+`--variant '{"suffix_tokens": 64}'`; the cursor's line at the end of the prefix (a keystroke
+encodes the whole suffix again) against the line in the middle (the default):
+`--base '{"line_in_middle": false}'`.
 
 At N cursor positions (line starts after the first third of a held-out file, the rest of
 the line being the text typed), the first K characters of the line are typed one at a
@@ -19,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import sys
 import sysconfig
@@ -37,15 +42,16 @@ def source() -> str:
     return path.read_text(encoding="utf-8")
 
 
-def capped_copy(model: Path, into: Path, cap: int) -> Path:
-    """The model directory with defaults.suffix_tokens = cap (the weights linked, not copied)."""
-    out = into / "capped"
+def variant_copy(model: Path, into: Path, name: str, defaults: dict[str, object]) -> Path:
+    """The model directory with `defaults` merged into its config.json's (the weights
+    linked, not copied)."""
+    out = into / name
     out.mkdir()
     for f in model.iterdir():
         (out / f.name).symlink_to(f.resolve())
     (out / "config.json").unlink()
     cfg = json.loads((model / "config.json").read_text())
-    cfg.setdefault("diffusion_lsp", {}).setdefault("defaults", {})["suffix_tokens"] = cap
+    cfg.setdefault("diffusion_lsp", {}).setdefault("defaults", {}).update(defaults)
     (out / "config.json").write_text(json.dumps(cfg))
     return out
 
@@ -91,27 +97,26 @@ def summary(times: list[float]) -> dict[str, float]:
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--model", type=Path, required=True)
-    p.add_argument("--cap", type=int, default=64, help="suffix tokens for the capped run")
+    p.add_argument("--base", type=json.loads, default={}, help="defaults of the base run (JSON)")
+    p.add_argument("--variant", type=json.loads, default={}, help="defaults of the variant run (JSON)")
     p.add_argument("--positions", type=int, default=8)
     p.add_argument("--keys", type=int, default=6)
     p.add_argument("--context-tokens", type=int, default=1024)
     args = p.parse_args()
     cases = keystrokes(source(), args.positions, args.keys)
     with tempfile.TemporaryDirectory() as tmp:
-        capped_dir = capped_copy(args.model, Path(tmp), args.cap)
-        whole_t, whole = run(args.model, cases, args.context_tokens)
-        capped_t, capped = run(capped_dir, cases, args.context_tokens)
-        shutil.rmtree(capped_dir)
-    first = [a.split("\n")[0] == b.split("\n")[0] for a, b in zip(capped, whole, strict=True)]
+        base_t, base = run(variant_copy(args.model, Path(tmp), "base", args.base), cases, args.context_tokens)
+        var_t, var = run(variant_copy(args.model, Path(tmp), "variant", args.variant), cases, args.context_tokens)
+    first = [a.split("\n")[0] == b.split("\n")[0] for a, b in zip(var, base, strict=True)]
     report = {
         "model": str(args.model),
-        "keystrokes": len(capped),
+        "keystrokes": len(var),
         "positions": len(cases),
         "context_tokens": args.context_tokens,
-        "whole_suffix": summary(whole_t),
-        f"suffix_capped_at_{args.cap}": summary(capped_t),
-        "p50_ratio_capped_to_whole": round(statistics.median(capped_t) / statistics.median(whole_t), 2),
-        "same_fill": round(sum(a == b for a, b in zip(capped, whole, strict=True)) / len(capped), 3),
+        "base": {"defaults": args.base, **summary(base_t)},
+        "variant": {"defaults": args.variant, **summary(var_t)},
+        "p50_ratio_variant_to_base": round(statistics.median(var_t) / statistics.median(base_t), 2),
+        "same_fill": round(sum(a == b for a, b in zip(var, base, strict=True)) / len(var), 3),
         "same_first_line": round(sum(first) / len(first), 3),
         "when": time.strftime("%Y-%m-%d"),
     }
