@@ -9,6 +9,7 @@ nothing of training or evaluation (tests/engine/test_cli.py checks):
     adapt                engine/training/adapt.py (torch, transformers)
     pull                 engine/commands/pull.py (huggingface_hub; the only command that downloads)
     convert-gguf         engine/commands/convert.py (torch, transformers, gguf)
+    serve                fill_server/ (the `serve` extra: starlette, uvicorn)
 
 Errors a user can cause (missing files, a bad model directory, bad input) print one line
 on stderr and exit with status 2; never a traceback (`-v` shows one for internal errors).
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import logging
 import re
@@ -33,6 +35,7 @@ from engine.errors import EngineError, InputError
 from engine.models.directory import DEFAULT_MODEL_DIR
 from engine.models.table import BACKENDS, QUANTIZATIONS
 from engine.spans import language_for
+from fill_server.config import DEFAULT_HOST, DEFAULT_MAX_BODY, DEFAULT_PORT, DEFAULT_QUEUE
 
 log = logging.getLogger("diffusion_infill")
 EXIT_USAGE = 2
@@ -231,6 +234,35 @@ def cmd_batch(args: argparse.Namespace) -> int:
         if args.output:
             dst.close()
     return 1 if failures else 0
+
+
+SERVE_EXTRA = "pip install 'diffusion-lsp[serve]'"
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """The engine behind OpenAI-compatible HTTP (fill_server/, docs/serve.md); the model
+    loads on the server's worker once it listens."""
+    missing = [name for name in ("starlette", "uvicorn") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise InputError(f"serve needs {' and '.join(missing)}, which the base install leaves out: {SERVE_EXTRA}")
+    from fill_server.config import ServeConfig
+    from fill_server.main import serve
+
+    fs = logging.getLogger("fill_server")
+    fs.handlers, fs.propagate = list(logging.getLogger("engine").handlers), False
+    fs.setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    shipped = args.model.resolve() == DEFAULT_MODEL_DIR.resolve()
+    config = ServeConfig(
+        host=args.host,
+        port=args.port,
+        model_name=args.served_model_name or ("diffusion-lsp" if shipped else args.model.name),
+        api_key_env=args.api_key_env,
+        insecure_no_key=args.insecure_no_key,
+        queue_size=args.queue_size,
+        max_body_bytes=args.max_body_bytes,
+        allow_unknown_fields=args.allow_unknown_fields,
+    )
+    return serve(config, lambda: engine_from_args(args), args.verbose)
 
 
 def setup_logging(verbose: bool) -> None:
@@ -469,6 +501,40 @@ def build_parser() -> argparse.ArgumentParser:
     cg.add_argument("--out", type=Path, required=True, help="checkpoint directory to write")
     cg.add_argument("--sha256", help="refuse the file unless its sha256 is this")
     cg.set_defaults(func=_lazy("engine.commands.convert", "cmd_convert_gguf"))
+
+    sv = sub.add_parser(
+        "serve",
+        parents=[common, gen],
+        help="serve fills over OpenAI-compatible HTTP (needs the serve extra; docs/serve.md)",
+        description="Serve the engine over HTTP: POST /v1/completions (prompt + suffix), /v1/fim/completions, "
+        "/infill (llama.cpp's form); GET /v1/models, /health, /metrics. Binds loopback unless told otherwise.",
+    )
+    sv.add_argument(
+        "--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST}: this machine only)"
+    )
+    sv.add_argument("--port", type=_int_in(0, 65535), default=DEFAULT_PORT, help="port (0: any free port)")
+    sv.add_argument("--api-key-env", metavar="NAME", help="require the API key held in this environment variable")
+    sv.add_argument(
+        "--insecure-no-key",
+        action="store_true",
+        help="allow a non-loopback --host without an API key (anyone who reaches it can use the model)",
+    )
+    sv.add_argument("--served-model-name", help="the model's name in replies and /v1/models")
+    sv.add_argument(
+        "--queue-size",
+        type=_int_in(1, 4096),
+        default=DEFAULT_QUEUE,
+        help="fills that may wait for the model; more get 429",
+    )
+    sv.add_argument(
+        "--max-body-bytes", type=_int_in(1024), default=DEFAULT_MAX_BODY, help="largest request body in bytes"
+    )
+    sv.add_argument(
+        "--allow-unknown-fields",
+        action="store_true",
+        help="ignore request fields this server does not know, instead of answering 400",
+    )
+    sv.set_defaults(func=cmd_serve)
     return p
 
 
