@@ -28,20 +28,29 @@ editor does for a single-line span. Canvas budgets are the editor's (engine/span
 32 tokens for a line, 64 for a random span, 128 for a body, unless --canvas-tokens is
 given; a task whose middle does not fit its budget is redrawn (up to REDRAWS times, and
 the share that fits is reported).
+
+Each fill's confidence (engine.candidate.Candidate.score; for a single-line kind decoded
+one token at a time, that of its first line and its line break, as the editor's one-line
+span stops there) is recorded with its outcome under "fills" (exact; `right`: exact or
+`equivalent`, the same program; valid), and "calibration" holds, per kind, the
+reliability table and precision/recall against a threshold (engine/evaluation/calibration.py).
 """
 
 from __future__ import annotations
 
+import ast
 import difflib
+import math
 import random
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from engine.decoding import SamplerConfig, Strategy
+from engine.candidate import Candidate, scored
+from engine.decoding import ONE_TOKEN_STRATEGIES, SamplerConfig, Strategy
 from engine.errors import InputError
-from engine.evaluation import passk
+from engine.evaluation import calibration, passk
 from engine.fill import Engine, InfillRequest
 from engine.local.generator import LocalGenerator
 from engine.spans import Document, count_errors, language_for
@@ -102,6 +111,8 @@ class Outcome:
     rounds: int = 0  # verified decoding: drafts
     accepted: int = 0  # verified decoding: drafted tokens kept
     canvas: int = 0  # the canvas it ran with (the length head's size, else the budget)
+    score: float | None = None  # the fill's confidence (engine.candidate.Candidate.score)
+    equivalent: bool = False  # the same program as the middle (`equivalent`), exact or not
 
 
 def load_files(data: Path) -> list[tuple[Path, str]]:
@@ -142,6 +153,28 @@ def draw_tasks(
     return tasks
 
 
+def equivalent(prefix: str, middle: str, fill: str, suffix: str) -> bool:
+    """Whether the fill makes the same program as the middle: the same Python syntax tree
+    (quotes, spacing, line breaks inside brackets and comments aside), or, where the file
+    does not parse as written, the same text once white space is dropped."""
+    if fill.rstrip() == middle.rstrip():
+        return True
+    try:
+        return ast.dump(ast.parse(prefix + fill + suffix)) == ast.dump(ast.parse(prefix + middle + suffix))
+    except (SyntaxError, ValueError, RecursionError):
+        return "".join(fill.split()) == "".join(middle.split())
+
+
+def first_line_score(cand: Candidate, line_breaks: frozenset[int]) -> float | None:
+    """The confidence of a one-token fill's first line: its tokens up to and including the
+    first that holds a line break (where the editor's one-line span stops decoding), or the
+    whole fill's (end-of-fill counted) when it has none."""
+    cut = next((i for i, t in enumerate(cand.token_ids) if t in line_breaks), None)
+    if cut is None or cut + 1 > len(cand.confidence):
+        return cand.score
+    return scored(cand, [math.log(max(p, 1e-30)) for p in cand.confidence[: cut + 1]]).score
+
+
 def run_task(
     engine: Engine,
     task: Task,
@@ -165,8 +198,15 @@ def run_task(
     r = run.fill(InfillRequest(prefix=task.prefix, suffix=task.suffix))
     fill = r.text.split("\n", 1)[0] if task.single_line else r.text
     ids = r.candidates[0].token_ids if r.candidates else []
+    score = r.candidates[0].score if r.candidates else None
+    if r.candidates and task.single_line and sampler is not None and sampler.strategy in ONE_TOKEN_STRATEGIES:
+        local = engine.generator
+        assert isinstance(local, LocalGenerator), "the held-out eval runs a local model"
+        score = first_line_score(r.candidates[0], local.tok.line_break_ids)
     return Outcome(
         fill=fill,
+        score=score,
+        equivalent=equivalent(task.prefix, task.middle, fill, task.suffix),
         exact=fill.rstrip() == task.middle.rstrip(),
         syntax_valid=parses_no_worse(task.prefix, task.middle, fill, task.suffix),
         steps=r.steps,
@@ -216,6 +256,7 @@ def summarize(tasks: list[Task], outcomes: list[Outcome]) -> dict[str, Any]:
     return {
         "tasks": n,
         "exact_match": round(sum(o.exact for o in outcomes) / n, 4),
+        "exact_or_equivalent": round(sum(o.exact or o.equivalent for o in outcomes) / n, 4),
         "syntax_valid": round(sum(checked) / len(checked), 4) if checked else None,
         "non_empty": round(sum(bool(o.fill.strip()) for o in outcomes) / n, 4),
         # the fill ends where the code ends: as many lines as the middle it replaces
@@ -319,6 +360,10 @@ def evaluate_dir(
         all_tasks = [t for k in kinds for t in by_kind[k][0]]
         all_outs = [o for k in kinds for o in by_kind[k][1]]
         out["all"] = summarize(all_tasks, all_outs)
+    report["fills"] = scored_fills(runs["diffusion"])
+    report["calibration"] = calibration.calibrate(
+        {k: [calibration.Scored(**f) for f in v] for k, v in report["fills"].items()}
+    )
     if functions > 0:
         report["function_body"] = report.get("function_body", {"tasks": 0})
         report["function_body"].update(
@@ -341,6 +386,21 @@ def evaluate_dir(
         "doctest_timeout_s": timeout,
     }
     return report
+
+
+def scored_fills(by_kind: dict[str, tuple[list[Task], list[Outcome]]]) -> dict[str, list[dict[str, Any]]]:
+    """Per kind (and single_line, lines and rest_of_line together): each fill's confidence
+    and outcome, as engine.evaluation.calibration.Scored fields."""
+    out = {
+        kind: [
+            {"score": o.score, "exact": o.exact, "right": o.exact or o.equivalent, "valid": o.syntax_valid}
+            for o in outcomes
+        ]
+        for kind, (_, outcomes) in by_kind.items()
+    }
+    if "lines" in out and "rest_of_line" in out:
+        out["single_line"] = out["lines"] + out["rest_of_line"]
+    return out
 
 
 def _cell(value: Any, fmt: str) -> str:

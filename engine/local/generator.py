@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.candidate import Candidate
+from engine.candidate import LOGPROB_FLOOR, Candidate, scored
 from engine.decoding import CANDIDATE_TEMPERATURE, ONE_TOKEN_STRATEGIES, SamplerConfig
 from engine.denoisers.base import LengthPredictor, Prompt
 from engine.denoisers.loading import LoadedModel
@@ -46,8 +46,8 @@ from engine.local.sampler import (
     log_softmax,
     run,
     run_autoregressive,
-    sequence_logprob,
     to_numpy,
+    token_logprobs,
 )
 from engine.local.verify import VerifyStats, run_verified
 from engine.spans.lines import line_end, line_start
@@ -437,38 +437,48 @@ class LocalGenerator:
     def _ranked(
         self, control: FillControl, result: SampleResult, state: Any, greedy: int = 1
     ) -> tuple[list[Candidate], int]:
-        """(candidates, scoring passes): each row cut at end-of-fill and decoded; the
-        greedy fills first (one per canvas length), the others after them, each group by
-        the likelihood the autoregressive mode gives it, per token with its end-of-fill
-        (a sharper judge than the canvas's confidence; each distinct text scored once in
-        one pass) or, without that mode, greedy row 0 first and the rest by mean
-        confidence."""
-        cands = []
-        for row, conf in zip(result.tokens, result.confidence, strict=True):
-            text, n = self._decode_row(row)
-            cands.append(Candidate(text, [int(t) for t in row[:n]], [float(x) for x in conf[:n]]))
+        """(candidates, scoring passes): each row cut at end-of-fill and decoded, with its
+        confidence (engine.candidate.scored) from the probabilities its tokens were chosen
+        with (`_candidate`); the greedy fills first (one per canvas length), the others
+        after them, each group by mean log-probability per token. Where there are
+        alternatives and the model has the autoregressive mode, their confidence is the
+        likelihood that mode gives them, teacher-forced, end-of-fill counted (a sharper
+        judge than the canvas's; each distinct text scored once in one pass); without
+        it, greedy row 0 stays first."""
+        cands = [self._candidate(row, conf) for row, conf in zip(result.tokens, result.confidence, strict=True)]
         late = control.deadline is not None and time.monotonic() >= control.deadline
         unique = distinct(cands)
-        scored = 0
+        scored_passes = 0
         if (
             self.den.info.autoregressive
             and len(unique) > 1
             and not late
             and not (control.cancel is not None and control.cancel())
         ):
-            scores: dict[str, float] = {}
-            for k in unique:
-                lp, n = sequence_logprob(self.den, state, k.token_ids, self.tok.special.eof)
-                scores[k.text] = lp / n
-            scored = len(unique)
-            for k in cands:
-                k.logprob = scores.get(k.text)
+            eof = self.tok.special.eof
+            likely = {k.text: token_logprobs(self.den, state, k.token_ids, eof) for k in unique}
+            scored_passes = len(unique)
+            cands = [_likelihood(k, likely[k.text]) if k.text in likely else k for k in cands]
 
         def best(group: list[Candidate]) -> list[Candidate]:
-            return sorted(group, key=lambda k: -(k.logprob if k.logprob is not None else np.log(k.mean_confidence)))
+            return sorted(group, key=lambda k: -(k.mean_logprob if k.mean_logprob is not None else LOGPROB_FLOOR))
 
-        head = best(cands[:greedy]) if cands[0].logprob is not None else cands[:greedy]
-        return [*head, *best(cands[greedy:])], scored
+        head = best(cands[:greedy]) if scored_passes else cands[:greedy]
+        ranked = [*head, *best(cands[greedy:])]
+        for k in ranked:
+            log.debug("candidate %r: confidence %s, mean log-probability %s", k.text, k.score, k.mean_logprob)
+        return ranked, scored_passes
+
+    def _candidate(self, row: np.ndarray, conf: np.ndarray) -> Candidate:
+        """A decoded row with its confidence from each token's probability when it was
+        chosen (the one-token mode's, the verifier's or the canvas's lock), end-of-fill's
+        included when the row ended there (not at the canvas's end or a line break)."""
+        text, n = self._decode_row(row)
+        probs = [float(x) for x in conf[:n]]
+        if n < len(row) and int(row[n]) == self.tok.special.eof:
+            probs.append(float(conf[n]))
+        cand = Candidate(text, [int(t) for t in row[:n]], probs[:n])
+        return scored(cand, [float(np.log(max(p, 1e-30))) for p in probs])
 
     def _refine_canvas(self, text: str, state: Any, canvas: Any, c: int) -> tuple[Any, Any]:
         """Score `text` in place (one forward pass with it visible); its tokens the model
@@ -493,6 +503,14 @@ class LocalGenerator:
         ids = [int(t) for t in row]
         n = next((i for i, t in enumerate(ids) if t in (sp.eof, sp.pad)), len(ids))
         return self.tok.decode([t for t in ids[:n] if t != sp.mask]), n
+
+
+def _likelihood(cand: Candidate, logprobs: np.ndarray) -> Candidate:
+    """`cand` scored by the autoregressive mode's likelihood of it (`logprob`, as before,
+    and its confidence from the same log-probabilities)."""
+    out = scored(cand, [float(x) for x in logprobs])
+    out.logprob = out.mean_logprob
+    return out
 
 
 def local_engine(model: LoadedModel, options: FillOptions | None = None) -> Engine:

@@ -819,11 +819,19 @@ def _one_token_row(
 def sequence_logprob(denoiser: Any, state: EncodedContext, token_ids: list[int], eof_id: int) -> tuple[float, int]:
     """(log-likelihood, tokens scored) of `token_ids` then end-of-fill after `state`,
     teacher-forced in one pass of the causal encoder (the autoregressive mode)."""
+    per_token = token_logprobs(denoiser, state, token_ids, eof_id)
+    return float(np.sum(per_token, dtype=np.float64)), len(per_token)
+
+
+def token_logprobs(denoiser: Any, state: EncodedContext, token_ids: list[int], eof_id: int) -> np.ndarray:
+    """Each token's log-probability, then end-of-fill's, after `state`: (len(token_ids) + 1,)
+    float32, teacher-forced in one pass of the causal encoder (the autoregressive mode)."""
     first = log_softmax(to_numpy(denoiser.next_logits(state)).astype(np.float32))
     seq = [*token_ids, eof_id]
-    total = float(first[seq[0]])
+    out = np.empty(len(seq), dtype=np.float32)
+    out[0] = first[seq[0]]
     if token_ids:
-        _, out = denoiser.extend(state, token_ids)
-        logp = log_softmax(to_numpy(out).astype(np.float32))  # (T, V): row i predicts seq[i + 1]
-        total += float(np.sum(logp[np.arange(len(token_ids)), seq[1:]]))
-    return total, len(seq)
+        _, logits = denoiser.extend(state, token_ids)
+        logp = log_softmax(to_numpy(logits).astype(np.float32))  # (T, V): row i predicts seq[i + 1]
+        out[1:] = logp[np.arange(len(token_ids)), seq[1:]]
+    return out

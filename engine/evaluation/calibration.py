@@ -1,0 +1,191 @@
+"""How often a fill is right against its confidence: the reliability table, precision and
+recall against a threshold, and the threshold a model directory's config.json carries.
+
+The held-out eval (engine/evaluation/heldout.py) records each fill's confidence
+(engine.candidate.Candidate.score) with its outcome; `calibrate` turns them into, per fill
+kind:
+
+- `reliability`: the fills in confidence bins (BINS), with how many were exact, exact or
+  equivalent (the same program: `right`), and syntax-valid, and their mean confidence;
+- `curve`: for each threshold a fill must reach to be shown, the share shown, the
+  precision (right among the shown) and the recall (shown among the right);
+- `threshold(curve, precision)`: the lowest threshold whose shown fills are right at
+  least that often (the most fills shown at that precision), or None when no threshold
+  reaches it.
+
+`python -m engine.evaluation.calibration REPORT.json` prints the tables of an eval report
+(`diffusion-infill eval --output REPORT.json`); `--precision P --write MODEL_DIR` writes the
+threshold into that directory's config.json (`defaults.min_confidence` for a model of the
+embedded architecture, `diffusion_lsp.defaults.min_confidence` for a transformers-style
+one), where the language server's `minConfidence: auto` reads it. docs/confidence.md
+describes the whole.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+BINS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # reliability bins' edges
+DEFAULT_PRECISION = 0.6  # of shown fills right (exact or equivalent): the issue's example target
+DEFAULT_KIND = "single_line"  # the kind whose threshold goes into config.json: most Automatic fills are one line
+NEVER = 1.01  # a threshold no confidence reaches: the Automatic trigger shows nothing
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One fill of the eval: its confidence (None: the source gave none) and its outcome."""
+
+    score: float | None
+    exact: bool
+    right: bool  # exact, or the same program (engine.evaluation.heldout.equivalent)
+    valid: bool | None  # parses no worse than the file as written; None: no grammar
+
+
+def reliability(fills: Sequence[Scored], bins: Sequence[float] = BINS) -> list[dict[str, Any]]:
+    """One row per confidence bin [lo, hi) (the last holds 1.0): fills, their mean
+    confidence, and the shares exact, right and valid (None for an empty bin)."""
+    rows = []
+    for lo, hi in zip(bins[:-1], bins[1:], strict=True):
+        last = hi == bins[-1]
+        inside = [f for f in fills if f.score is not None and lo <= f.score and (f.score < hi or last)]
+        rows.append({"from": lo, "to": hi, "fills": len(inside), **_shares(inside)})
+    return rows
+
+
+def _shares(fills: Sequence[Scored]) -> dict[str, float | None]:
+    n = len(fills)
+    checked = [f.valid for f in fills if f.valid is not None]
+    return {
+        "mean_confidence": round(sum(f.score or 0.0 for f in fills) / n, 4) if n else None,
+        "exact": round(sum(f.exact for f in fills) / n, 4) if n else None,
+        "right": round(sum(f.right for f in fills) / n, 4) if n else None,
+        "valid": round(sum(bool(v) for v in checked) / len(checked), 4) if checked else None,
+    }
+
+
+def curve(fills: Sequence[Scored]) -> list[dict[str, Any]]:
+    """Precision and recall of showing only fills whose confidence reaches each threshold:
+    one row per distinct confidence (ascending), then NEVER (nothing shown). A fill without
+    a confidence is always shown (as the server shows it)."""
+    right_total = sum(f.right for f in fills)
+    scores = sorted({f.score for f in fills if f.score is not None})
+    rows = []
+    for t in [*scores, NEVER]:
+        shown = [f for f in fills if f.score is None or f.score >= t]
+        hits = sum(f.right for f in shown)
+        rows.append(
+            {
+                "threshold": round(t, 6),
+                "shown": round(len(shown) / len(fills), 4) if fills else 0.0,
+                "precision": round(hits / len(shown), 4) if shown else None,
+                "recall": round(hits / right_total, 4) if right_total else None,
+            }
+        )
+    return rows
+
+
+def threshold(rows: Sequence[dict[str, Any]], precision: float) -> float | None:
+    """The lowest threshold of `curve`'s rows whose shown fills are right at least
+    `precision` of the time (the most fills shown at that precision); None: none is."""
+    for row in rows:
+        if row["precision"] is not None and row["precision"] >= precision:
+            return float(row["threshold"])
+    return None
+
+
+def calibrate(by_kind: Mapping[str, Sequence[Scored]], precision: float = DEFAULT_PRECISION) -> dict[str, Any]:
+    """Per kind: the reliability table, the curve, and the threshold for `precision`
+    (with what it shows and keeps: the curve's row at it)."""
+    out: dict[str, Any] = {"target_precision": precision}
+    for kind, fills in by_kind.items():
+        rows = curve(fills)
+        t = threshold(rows, precision)
+        at = next((r for r in rows if t is not None and r["threshold"] == round(t, 6)), None)
+        out[kind] = {
+            "fills": len(fills),
+            **_shares(fills),
+            "reliability": reliability(fills),
+            "curve": rows,
+            "threshold": t,
+            "at_threshold": at,
+        }
+    return out
+
+
+def _cell(value: Any, fmt: str) -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def reliability_markdown(cal: dict[str, Any], kind: str) -> str:
+    """The reliability table of one kind as Markdown."""
+    lines = [
+        "| confidence | fills | mean confidence | exact | exact or equivalent | valid |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in cal[kind]["reliability"]:
+        if row["fills"]:
+            lines.append(
+                f"| {row['from']:.1f}–{row['to']:.1f} | {row['fills']} | {_cell(row['mean_confidence'], '.2f')} "
+                f"| {_cell(row['exact'], '.0%')} | {_cell(row['right'], '.0%')} | {_cell(row['valid'], '.0%')} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def curve_markdown(cal: dict[str, Any], kind: str, thresholds: Sequence[float]) -> str:
+    """Precision and recall at chosen thresholds (the curve's row at or just above each)."""
+    rows = cal[kind]["curve"]
+    lines = ["| min confidence | shown | precision | recall |", "|---:|---:|---:|---:|"]
+    for t in thresholds:
+        row = next((r for r in rows if r["threshold"] >= t), rows[-1])
+        lines.append(
+            f"| {t:g} | {row['shown']:.0%} | {_cell(row['precision'], '.0%')} | {_cell(row['recall'], '.0%')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_threshold(model_dir: Path, value: float, source: dict[str, Any]) -> Path:
+    """Write `value` as the directory's calibrated `min_confidence` (and where it came
+    from, `min_confidence_source`) into its config.json; returns the file."""
+    path = model_dir / "config.json"
+    cfg = json.loads(path.read_text(encoding="utf-8"))
+    embedded = "diffusion_lsp" not in cfg and cfg.get("model_type") == "diffusion_coder"
+    own = cfg if embedded else cfg.setdefault("diffusion_lsp", {})
+    defaults = own.setdefault("defaults", {})
+    defaults["min_confidence"] = round(value, 4)
+    defaults["min_confidence_source"] = source
+    path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m engine.evaluation.calibration", description=__doc__)
+    parser.add_argument("report", type=Path, help="an eval report (diffusion-infill eval --output)")
+    parser.add_argument("--precision", type=float, default=DEFAULT_PRECISION, help="target precision (0.6)")
+    parser.add_argument("--kind", default=DEFAULT_KIND, help="the kind whose threshold is written (single_line)")
+    parser.add_argument("--write", type=Path, metavar="MODEL_DIR", help="write the threshold into its config.json")
+    args = parser.parse_args(argv)
+    report = json.loads(args.report.read_text(encoding="utf-8"))
+    fills = {k: [Scored(**f) for f in v] for k, v in report.get("fills", {}).items()}
+    if args.kind not in fills:
+        sys.stderr.write(f"{args.report}: no fills of kind {args.kind} (eval reports record them since 0.x)\n")
+        return 1
+    cal = calibrate(fills, args.precision)
+    for kind in fills:
+        sys.stdout.write(f"\n{kind}: threshold {cal[kind]['threshold']}\n\n" + reliability_markdown(cal, kind))
+        sys.stdout.write("\n" + curve_markdown(cal, kind, (0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)))
+    if args.write:
+        t = cal[args.kind]["threshold"]
+        value = NEVER if t is None else t
+        source = {"kind": args.kind, "precision": args.precision, "fills": cal[args.kind]["fills"]}
+        sys.stdout.write(f"\nwrote min_confidence {value} to {write_threshold(args.write, value, source)}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
