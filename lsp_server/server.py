@@ -110,6 +110,7 @@ def stats(ls: DiffusionServer, *args: object) -> dict[str, object]:
     return {
         "engine_calls": ls.fills.engine_calls,
         "model_loaded": ls.fills.engine is not None,
+        "model": ls.fills.where,  # where fills come from
         "load_error": ls.fills.load_error,
     }
 
@@ -160,7 +161,7 @@ def _load_model(ls: DiffusionServer) -> None:
                 token = ""
             error = ls.fills.load(ls.fills.settings)  # never raises: a broken model must not hang the server
             if token:
-                ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=error or "ready"))
+                ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=error or f"ready: {ls.fills.where}"))
             if error:
                 ls.tell(error, types.MessageType.Error)
         finally:

@@ -40,6 +40,7 @@ from engine.denoisers.loading import load_model
 from engine.errors import EngineError
 from engine.fill import Engine, FillControl, FillOptions, InfillRequest
 from engine.local.generator import local_engine
+from engine.models.folder import default_model
 from engine.remote.generator import CHARS_PER_TOKEN, CONTEXT_CHARS, RemoteConfig, remote_engine
 from engine.spans import Document, Language, Span, fill_holes_jointly, language_for
 from lsp_server.settings import Settings
@@ -102,6 +103,7 @@ class FillService:
     def __init__(self) -> None:
         self.engine: Engine | None = None
         self.load_error: str | None = None
+        self.where = ""  # where fills come from (the model directory and its backend), for the log and $/progress
         self.settings = Settings()
         self.ready = threading.Event()  # set once the engine has loaded (or failed to)
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diffusion-fill")
@@ -134,7 +136,7 @@ class FillService:
             log.exception("the model failed to load")  # a bug's traceback, for the log
             self.load_error = f"the model failed to load: {exc}"
             return self.load_error
-        self.engine, self.load_error, self._last_error = engine, None, None
+        self.engine, self.load_error, self._last_error, self.where = engine, None, None, where
         log.info("fills from %s", where)
         return None
 
@@ -325,7 +327,22 @@ def _make_engine(settings: Settings) -> tuple[Engine, str]:
             context_chars=settings.context_tokens * CHARS_PER_TOKEN if settings.context_tokens else CONTEXT_CHARS,
         )
         return remote_engine(config, options), f"{settings.endpoint} ({settings.dialect})"
-    model = load_model(
-        Path(settings.model) if settings.model else None, settings.backend, settings.device, settings.quantization
-    )
-    return local_engine(model, options), f"{model.path} ({model.backend} backend)"
+    path, why = _model_path(settings)
+    model = load_model(path, settings.backend, settings.device, settings.quantization)
+    return local_engine(model, options), f"{model.path} ({model.backend} backend{why})"
+
+
+def _model_path(settings: Settings) -> tuple[Path | None, str]:
+    """(the model directory, why it was chosen): the `model` setting; left empty (with the
+    backend and quantization at their defaults), the largest model in the models folder
+    measured on this machine within the deadline (`diffusion-infill models`), else the
+    shipped model (None)."""
+    if settings.model:
+        return Path(settings.model), ""
+    if settings.backend != "auto" or settings.quantization != "none":
+        return None, ""
+    chosen = default_model(settings.deadline_ms, settings.device)
+    if chosen is None or chosen.timing is None:
+        return None, ""
+    ms = chosen.timing.keystroke_p50_ms
+    return chosen.path, f"; the models folder's best here: {ms:.0f} ms a keystroke, within {settings.deadline_ms} ms"

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE_CODE = ROOT / "fixtures" / "code"
+# the language server's default model comes from the models folder (engine/models/folder.py):
+# the tests, and the servers and editors they start, see an empty one, not the developer's
+os.environ["DIFFUSION_LSP_MODELS"] = tempfile.mkdtemp(prefix="diffusion-lsp-test-models-")
 
 
 @pytest.fixture(scope="session")

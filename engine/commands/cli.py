@@ -490,6 +490,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pl.set_defaults(func=_lazy("engine.commands.pull", "cmd_pull"))
 
+    ms = sub.add_parser(
+        "models",
+        help="list the models folder: size, backend, quantization and fill times measured here (* the server's default)",
+        description="List the model directories in the models folder, with the fill times measured on this machine; "
+        "--measure times them here (a minute or two each). The language server, its `model` setting left empty, "
+        "uses the largest model measured here whose keystroke fill is within its deadline, else the shipped model.",
+    )
+    ms.add_argument("-v", "--verbose", action="store_true")
+    ms.add_argument("--dir", type=Path, help="models folder (default: as `pull`)")
+    ms.add_argument(
+        "--measure", nargs="*", metavar="NAME", help="time these models here (none named: all of them) and keep the times"
+    )
+    ms.add_argument("--device", default="cpu", help="where to measure and what the times hold for (cpu, cuda)")
+    ms.add_argument(
+        "--target-ms", type=_int_in(1), default=2000, help="the keystroke fill time the default must meet (deadlineMs)"
+    )
+    ms.add_argument("--json", action="store_true", help="print JSON")
+    ms.set_defaults(func=_lazy("engine.commands.models", "cmd_models"))
+
     cg = sub.add_parser(
         "convert-gguf",
         help="write a checkpoint directory (safetensors, config.json, tokenizer.json) from a Qwen2 or Llama GGUF file",

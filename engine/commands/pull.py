@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import EngineError
+from engine.models.folder import models_folder
 from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES, DG_MODEL_TYPE, DREAM_MODEL_TYPES
 
-MODELS_ENV = "DIFFUSION_LSP_MODELS"  # the models folder, when --dir is not given
 CONFIG_FILE = "config.json"
 WEIGHTS_SUFFIX = ".safetensors"
 # the files a checkpoint needs besides its weights, by exact name
@@ -109,17 +109,6 @@ def parse_repo_id(text: str) -> str:
     if m is None or any(".." in part or "--" in part for part in m.groups()) or text.endswith(".git"):
         raise PullError(f"{text!r} is not a Hub model id: give owner/name, e.g. Dream-org/Dream-v0-Instruct-7B")
     return text
-
-
-def models_folder(explicit: Path | None = None, env: Mapping[str, str] | None = None) -> Path:
-    """--dir, else $DIFFUSION_LSP_MODELS, else diffusion-lsp/models in the XDG data folder."""
-    env = os.environ if env is None else env
-    if explicit is not None:
-        return explicit.expanduser()
-    if env.get(MODELS_ENV):
-        return Path(env[MODELS_ENV]).expanduser()
-    data = Path(env["XDG_DATA_HOME"]) if env.get("XDG_DATA_HOME") else Path.home() / ".local" / "share"
-    return data / "diffusion-lsp" / "models"
 
 
 def checkpoint_dir(models: Path, repo_id: str, revision: str | None) -> Path:

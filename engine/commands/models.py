@@ -1,0 +1,142 @@
+"""diffusion-infill models: what is in the models folder (size, backend, quantization, and
+the fill times measured on this machine), and `--measure` to time them here.
+
+A measurement loads the model, then at a few line ends of a standard-library file (the
+same for every model) fills once with the cache cold and once after each of a few typed
+characters; it keeps the medians in the model's directory (engine.models.folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+from engine.errors import EngineError
+from engine.models.folder import Entry, Timing, default_model, machine_key, models_folder, scan, write_timing
+
+SAMPLE = ("email", "_header_value_parser.py")  # in every CPython's standard library
+POSITIONS = 3
+KEYS = 3
+CONTEXT_TOKENS = 1024  # the server's default contextTokens
+DEFAULT_TARGET_MS = 2000  # the server's default deadlineMs
+
+
+def sample_cases(positions: int = POSITIONS, keys: int = KEYS) -> list[tuple[str, str, str]]:
+    """(prefix, suffix, typed characters) at line ends spread over the sample file."""
+    text = Path(sysconfig.get_paths()["stdlib"]).joinpath(*SAMPLE).read_text(encoding="utf-8")
+    lines = text.split("\n")
+    out: list[tuple[str, str, str]] = []
+    step = max(1, len(lines) // (3 * positions))
+    i = len(lines) // 3
+    while len(out) < positions and i < len(lines) - 1:
+        body = lines[i].strip()
+        if len(body) > keys + 4 and not body.startswith("#"):
+            end = sum(len(x) + 1 for x in lines[:i]) + len(lines[i])
+            out.append((text[: end - keys], text[end:], body[-keys:]))  # the line's last characters typed
+        i += step
+    return out
+
+
+def measure(path: Path, device: str = "cpu") -> Timing:
+    """Load the model and time its fills (see the module)."""
+    from engine.denoisers.loading import load_model
+    from engine.fill import FillOptions, InfillRequest
+    from engine.local.generator import local_engine
+
+    t0 = time.perf_counter()
+    engine = local_engine(load_model(path, device=device), FillOptions(context_tokens=CONTEXT_TOKENS))
+    load_s = time.perf_counter() - t0
+    cold, keystroke = [], []
+    for prefix, suffix, typed in sample_cases():
+        engine.reset()
+        t = time.perf_counter()
+        engine.fill(InfillRequest(prefix=prefix, suffix=suffix, language="python"))
+        cold.append((time.perf_counter() - t) * 1000)
+        for k in range(1, len(typed) + 1):
+            t = time.perf_counter()
+            engine.fill(InfillRequest(prefix=prefix + typed[:k], suffix=suffix, language="python"))
+            keystroke.append((time.perf_counter() - t) * 1000)
+    engine.close()
+    return Timing(
+        keystroke_p50_ms=round(statistics.median(keystroke), 1),
+        cold_p50_ms=round(statistics.median(cold), 1),
+        load_s=round(load_s, 2),
+        when=time.strftime("%Y-%m-%d"),
+    )
+
+
+def _row(e: Entry, chosen: Entry | None) -> dict[str, object]:
+    t = e.timing
+    return {
+        "name": e.name,
+        "default": chosen is not None and e.path == chosen.path,
+        "size_mb": round(e.size_bytes / 1e6),
+        "backend": e.backend,
+        "quantization": e.quantization,
+        "parameters_m": round(e.parameters / 1e6) if e.parameters else None,
+        "keystroke_p50_ms": t.keystroke_p50_ms if t else None,
+        "cold_p50_ms": t.cold_p50_ms if t else None,
+        "load_s": t.load_s if t else None,
+        "problem": e.problem,
+        "path": str(e.path),
+    }
+
+
+def _table(rows: list[dict[str, object]]) -> str:
+    def cell(v: object, unit: str = "") -> str:
+        return "-" if v is None else f"{v}{unit}"
+
+    head = f"{'':2}{'NAME':40} {'SIZE':>8} {'BACKEND':16} {'QUANT':6} {'PARAMS':>7} {'KEYSTROKE':>10} {'COLD':>9}"
+    out = [head]
+    for r in rows:
+        mark = "* " if r["default"] else "  "
+        backend = r["backend"] or "unusable"
+        out.append(
+            f"{mark}{str(r['name'])[:40]:40} {cell(r['size_mb'], ' MB'):>8} {str(backend):16} {r['quantization']!s:6} "
+            f"{cell(r['parameters_m'], 'M'):>7} {cell(r['keystroke_p50_ms'], ' ms'):>10} {cell(r['cold_p50_ms'], ' ms'):>9}"
+        )
+        if r["problem"]:
+            out.append(f"    {r['problem']}")
+    return "\n".join(out)
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    folder = models_folder(args.dir)
+    key = machine_key(args.device)
+    entries = scan(folder, key)
+    for e in entries:
+        if args.measure is not None and (not args.measure or e.name in args.measure) and e.problem is None:
+            sys.stderr.write(f"measuring {e.name} on {key} ...\n")
+            try:
+                write_timing(e.path, key, measure(e.path, args.device))
+            except EngineError as exc:
+                sys.stderr.write(f"{e.name}: {exc}\n")
+    entries = scan(folder, key)
+    chosen = default_model(args.target_ms, args.device, {"DIFFUSION_LSP_MODELS": str(folder)})
+    rows = [_row(e, chosen) for e in entries]
+    if args.json:
+        json.dump({"folder": str(folder), "machine": key, "target_ms": args.target_ms, "models": rows}, sys.stdout)
+        sys.stdout.write("\n")
+        return 0
+    if not rows:
+        sys.stdout.write(f"no models in {folder}: `diffusion-infill pull OWNER/NAME` puts one there\n")
+        return 0
+    sys.stdout.write(_table(rows) + "\n")
+    unmeasured = [r["name"] for r in rows if r["keystroke_p50_ms"] is None and not r["problem"]]
+    pick = (
+        f"* the server's default (keystroke fill within {args.target_ms} ms)"
+        if chosen
+        else "the server uses the shipped model"
+    )
+    sys.stdout.write(f"\n{folder} on {key}: {pick}")
+    if unmeasured:
+        sys.stdout.write(
+            f"; not measured here: {', '.join(map(str, unmeasured))} (`diffusion-infill models --measure`)"
+        )
+    sys.stdout.write("\n")
+    return 0
