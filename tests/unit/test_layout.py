@@ -1,14 +1,19 @@
 """The layout keeps the runtime apart from training and evaluation: the language
-server, from start to a fill with the shipped model, imports neither torch nor any
-module of engine.training or engine.evaluation (docs/engine.md, Layout)."""
+server and the fill server, from start to a fill with the shipped model, import neither
+torch nor any module of engine.training or engine.evaluation (docs/engine.md, Layout);
+and the two front ends (lsp_server, fill_server) sit above the engine and apart from
+each other."""
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,35 +32,60 @@ print(json.dumps(sorted(sys.modules)))
 """
 
 
-def test_the_server_imports_no_torch_training_or_evaluation() -> None:
+SERVE_PROBE = """
+import json, sys
+import fill_server.main
+from engine.denoisers.loading import load_model
+from engine.fill import FillControl
+from engine.local.generator import local_engine
+from fill_server.filling import run_fill
+from fill_server.schema import fill_ask
+ask = fill_ask({"prompt": "def add(a, b):\\n    return ", "suffix": "\\n", "language": "python"}, "completions")
+outcome = run_fill(local_engine(load_model()), ask, FillControl())
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def _forbidden_after(probe: str) -> list[str]:
     out = subprocess.run(
-        [sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
     )
     assert out.returncode == 0, out.stderr
     modules = json.loads(out.stdout.strip().splitlines()[-1])
     assert "engine.local.generator" in modules and "onnxruntime" in modules  # the probe did load and fill
-    forbidden = [
+    return [
         m
         for m in modules
         if m.split(".")[0] in {"torch", "transformers", "safetensors"}
         or m.startswith(("engine.training", "engine.evaluation"))
     ]
-    assert forbidden == []
+
+
+def test_the_server_imports_no_torch_training_or_evaluation() -> None:
+    assert _forbidden_after(PROBE) == []
+
+
+def test_the_fill_server_imports_no_torch_training_or_evaluation() -> None:
+    if importlib.util.find_spec("starlette") is None or importlib.util.find_spec("uvicorn") is None:
+        pytest.skip("the serve extra is not installed")
+    assert _forbidden_after(SERVE_PROBE) == []
 
 
 # ------------------------------------------------------------------ the import graph
 
 # The runtime: what the server and the command line import to fill. Training and
 # evaluation live beside it (engine/training, engine/evaluation) and may import it.
-RUNTIME = ("engine", "lsp_server")
+RUNTIME = ("engine", "lsp_server", "fill_server")
 APART = ("engine.training", "engine.evaluation")
 
 # What each part may not import (prefixes of module names). Read from the bottom up:
 # the errors and spans know nothing else of the engine; the backend table is a leaf;
 # models (the directory format) know no backend; denoisers know
 # no generator; the frame knows no generator or backend; the local and remote generators
-# know nothing of each other; nothing of the engine knows the server or the commands.
-ABOVE = ("lsp_server", "engine.commands")
+# know nothing of each other; nothing of the engine knows the servers or the commands.
+# The two front ends (the language server, the fill server) know nothing of each other,
+# and the fill server nothing of the commands that start it.
+ABOVE = ("lsp_server", "fill_server", "engine.commands")
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "engine.errors": ("engine.",),
     "engine.spans": (
@@ -76,6 +106,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "engine.decoding": ("engine.",),
     "engine.local": ("engine.remote", *ABOVE),
     "engine.remote": ("engine.local", "engine.denoisers", "engine.denoisers.loading", *ABOVE),
+    "lsp_server": ("fill_server",),
+    "fill_server": ("lsp_server", "engine.commands", *APART),
 }
 
 
@@ -162,7 +194,9 @@ def test_no_part_imports_what_lies_above_it() -> None:
         rules = [rule for prefix, rule in FORBIDDEN.items() if name == prefix or name.startswith(prefix + ".")]
         banned = rules[-1] if rules else ()  # the most specific part's rule (FORBIDDEN lists parents first)
         if name.startswith("engine"):
-            banned = (*banned, "lsp_server", *APART) if not name.startswith("engine.commands") else banned
+            banned = (
+                (*banned, "lsp_server", "fill_server", *APART) if not name.startswith("engine.commands") else banned
+            )
         upward += [f"{name} -> {t}" for t in sorted(targets) if t.startswith(banned) and t != name]
     assert upward == []
 

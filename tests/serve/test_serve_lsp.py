@@ -1,0 +1,68 @@
+"""The whole way round: the language server (a subprocess, driven by pytest-lsp as an
+editor drives it) with `diffusion-infill serve` (a subprocess on the shipped model) as
+its remote engine, through each of the project's dialects that the server speaks. The
+fill must reach the server and come back without a fault; what the tiny model writes
+(and whether the span's check keeps it) is not asserted."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import pytest_lsp
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+
+from tests.serve.harness import command, read_metric
+
+URI = "file:///work/served.py"
+TEXT = "def total(items):\n    count = 0\n    for item in items:\n        count += item\n    return \n"
+CURSOR = types.Position(4, 11)  # after `return `
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[str]:
+    with command() as (url, _):
+        yield url
+
+
+@pytest_lsp.fixture(config=ClientServerConfig(server_command=[sys.executable, "-m", "lsp_server"]), scope="module")
+async def client(lsp_client: LanguageClient, served: str):  # type: ignore[no-untyped-def]
+    caps = client_capabilities("neovim")
+    if caps.text_document is not None:
+        caps.text_document.inline_completion = types.InlineCompletionClientCapabilities()
+    options = {"diffusionLsp": {"endpoint": served, "dialect": "openai-fim", "alternatives": 2}}
+    await lsp_client.initialize_session(types.InitializeParams(capabilities=caps, initialization_options=options))
+    lsp_client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(URI, "python", 1, TEXT)))
+    yield
+    await lsp_client.shutdown_session()
+
+
+def served_fills(url: str, route: str) -> float:
+    scrape = httpx.get(url + "/metrics").text
+    return read_metric(scrape, f'diffusion_serve_requests_total{{route="{route}",status="200"}}')
+
+
+@pytest.mark.parametrize(
+    "kind", [types.InlineCompletionTriggerKind.Invoked, types.InlineCompletionTriggerKind.Automatic]
+)
+async def test_ghost_text_comes_through_the_fill_server(
+    client: LanguageClient, served: str, kind: types.InlineCompletionTriggerKind
+) -> None:
+    before = served_fills(served, "/v1/completions")
+    result = await client.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(URI),
+            position=CURSOR,
+            context=types.InlineCompletionContext(trigger_kind=kind),
+        )
+    )
+    items = result.items if isinstance(result, types.InlineCompletionList) else result or []
+    assert all(isinstance(i.insert_text, str) for i in items)
+    assert served_fills(served, "/v1/completions") == before + 1  # the fill went to the server and back
+    faults = [m.message for m in client.messages if m.type in (types.MessageType.Error, types.MessageType.Warning)]
+    assert faults == []
