@@ -313,6 +313,43 @@ def _device(text: str) -> str:
     return text
 
 
+def _add_serve(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
+    """The `serve` command's arguments (fill_server/, docs/serve.md)."""
+    sv = sub.add_parser(
+        "serve",
+        parents=parents,
+        help="serve fills over OpenAI-compatible HTTP (needs the serve extra; docs/serve.md)",
+        description="Serve the engine over HTTP: POST /v1/completions (prompt + suffix), /v1/fim/completions, "
+        "/infill (llama.cpp's form); GET /v1/models, /health, /metrics. Binds loopback unless told otherwise.",
+    )
+    sv.add_argument(
+        "--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST}: this machine only)"
+    )
+    sv.add_argument("--port", type=_int_in(0, 65535), default=DEFAULT_PORT, help="port (0: any free port)")
+    sv.add_argument("--api-key-env", metavar="NAME", help="require the API key held in this environment variable")
+    sv.add_argument(
+        "--insecure-no-key",
+        action="store_true",
+        help="allow a non-loopback --host without an API key (anyone who reaches it can use the model)",
+    )
+    sv.add_argument("--served-model-name", help="the model's name in replies and /v1/models")
+    sv.add_argument(
+        "--queue-size",
+        type=_int_in(1, 4096),
+        default=DEFAULT_QUEUE,
+        help="fills that may wait for the model; more get 429",
+    )
+    sv.add_argument(
+        "--max-body-bytes", type=_int_in(1024), default=DEFAULT_MAX_BODY, help="largest request body in bytes"
+    )
+    sv.add_argument(
+        "--allow-unknown-fields",
+        action="store_true",
+        help="ignore request fields this server does not know, instead of answering 400",
+    )
+    sv.set_defaults(func=cmd_serve)
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -521,39 +558,7 @@ def build_parser() -> argparse.ArgumentParser:
     cg.add_argument("--sha256", help="refuse the file unless its sha256 is this")
     cg.set_defaults(func=_lazy("engine.commands.convert", "cmd_convert_gguf"))
 
-    sv = sub.add_parser(
-        "serve",
-        parents=[common, gen],
-        help="serve fills over OpenAI-compatible HTTP (needs the serve extra; docs/serve.md)",
-        description="Serve the engine over HTTP: POST /v1/completions (prompt + suffix), /v1/fim/completions, "
-        "/infill (llama.cpp's form); GET /v1/models, /health, /metrics. Binds loopback unless told otherwise.",
-    )
-    sv.add_argument(
-        "--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST}: this machine only)"
-    )
-    sv.add_argument("--port", type=_int_in(0, 65535), default=DEFAULT_PORT, help="port (0: any free port)")
-    sv.add_argument("--api-key-env", metavar="NAME", help="require the API key held in this environment variable")
-    sv.add_argument(
-        "--insecure-no-key",
-        action="store_true",
-        help="allow a non-loopback --host without an API key (anyone who reaches it can use the model)",
-    )
-    sv.add_argument("--served-model-name", help="the model's name in replies and /v1/models")
-    sv.add_argument(
-        "--queue-size",
-        type=_int_in(1, 4096),
-        default=DEFAULT_QUEUE,
-        help="fills that may wait for the model; more get 429",
-    )
-    sv.add_argument(
-        "--max-body-bytes", type=_int_in(1024), default=DEFAULT_MAX_BODY, help="largest request body in bytes"
-    )
-    sv.add_argument(
-        "--allow-unknown-fields",
-        action="store_true",
-        help="ignore request fields this server does not know, instead of answering 400",
-    )
-    sv.set_defaults(func=cmd_serve)
+    _add_serve(sub, [common, gen])
     return p
 
 
