@@ -37,6 +37,7 @@ from engine.denoisers.loading import LoadedModel
 from engine.fill import Engine, FillControl, FillLimits, FillOptions, InfillRequest, InfillResult, Job, distinct
 from engine.local import drafter
 from engine.local.cache import DEFAULT_MAX_BYTES, ContextCache
+from engine.local.echo import Echo
 from engine.local.length import DEFAULT_QUANTILE, DEFAULT_SLACK, fitted_length
 from engine.local.sampler import (
     SampleResult,
@@ -419,6 +420,7 @@ class LocalGenerator:
             stop_after=self.tok.line_break_ids if one_line else frozenset(),  # the one-token loops only
             line_ends=self.tok.line_break_ids,  # the deadline lets one token at a time finish a line of text
             blanks=self.tok.blank_ids,
+            echo=Echo(self.tok, job.request.suffix),  # the one-token loop stops where the fill repeats the suffix
         )
         if cfg.strategy == "autoregressive" and not job.request.refine:
             return run_autoregressive(self.den, state, c, cfg, rng, batch=b, steer=steer)

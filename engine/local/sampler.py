@@ -347,6 +347,9 @@ class Steering:
         line that holds text: until a token of `line_ends` after (or with) one not in
         `blanks`, or the row's end (a slow model's fill is never cut to nothing or
         mid-line by the deadline; cancel still stops it at once).
+    echo: the one-token loop asks it after each token with the row so far; a number
+        ends the row after that many tokens (engine.local.echo: the fill began to write
+        the code after the cursor again).
     """
 
     greedy_rows: Any | None = None
@@ -357,6 +360,7 @@ class Steering:
     stop_after: frozenset[int] = frozenset()
     line_ends: frozenset[int] = frozenset()
     blanks: frozenset[int] = frozenset()
+    echo: Callable[[np.ndarray], int | None] | None = None
 
     def stopped(self) -> StopReason | None:
         """Why the loop must stop before its next step, or None (`stop_requested`)."""
@@ -807,6 +811,10 @@ def _one_token_row(
             tokens[r, i] = info.eof_id
             break
         tokens[r, i] = tok
+        if steer.echo is not None and (keep := steer.echo(tokens[r, : i + 1])) is not None:
+            tokens[r, keep] = info.eof_id  # the rest of the row is padding already
+            tokens[r, keep + 1 : i + 1] = info.pad_id
+            break
         if i == length - 1 or tok in steer.stop_after:
             break
         state, out = denoiser.extend(state, [tok])
