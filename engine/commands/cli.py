@@ -525,6 +525,14 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument(
         "--force", action="store_true", help="pull a checkpoint whose model_type diffusion-lsp does not load"
     )
+    pl.add_argument(
+        "--ready",
+        choices=("int8", "int4", "none"),
+        default="int8",
+        help="then export a Qwen2, Llama or Dream checkpoint for the base install at 8 bits (the default) or 4 into "
+        "DIR-int8 (or -int4) and time it here, so the language server can choose it (needs the torch extra); "
+        "none: the checkpoint only",
+    )
     pl.set_defaults(func=_lazy("engine.commands.pull", "cmd_pull"))
 
     ms = sub.add_parser(
@@ -537,7 +545,10 @@ def build_parser() -> argparse.ArgumentParser:
     ms.add_argument("-v", "--verbose", action="store_true")
     ms.add_argument("--dir", type=Path, help="models folder (default: as `pull`)")
     ms.add_argument(
-        "--measure", nargs="*", metavar="NAME", help="time these models here (none named: all of them) and keep the times"
+        "--measure",
+        nargs="*",
+        metavar="NAME",
+        help="time these models here (none named: all of them) and keep the times",
     )
     ms.add_argument("--device", default="cpu", help="where to measure and what the times hold for (cpu, cuda)")
     ms.add_argument(

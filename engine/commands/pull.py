@@ -15,7 +15,11 @@ read local directories only (engine/denoisers/loading.py). A pull, in order:
    complete are kept, so the same command again resumes an interrupted pull, and a dropped
    connection is resumed where it broke. The files come one at a time in this thread so
    that Ctrl-C stops at once (snapshot_download's thread pool waits for the files in flight);
-6. checks every file arrived whole, and prints the directory on stdout:
+6. checks every file arrived whole;
+7. for a Qwen2, Llama or Dream checkpoint, unless `--ready none`: exports it for the base
+   install at 8 bits (`--ready int4`: 4) into `<dir>-int8` and times it on this machine,
+   so that the language server, its `model` setting left empty, can choose it;
+8. prints the directory to use on stdout (the export, where there is one):
    `--model "$(diffusion-infill pull REPO_ID)"` works.
 
 The Hub is huggingface_hub's: HF_ENDPOINT chooses the server, HF_TOKEN authenticates (gated
@@ -43,6 +47,8 @@ from typing import Any
 from engine.errors import EngineError
 from engine.models.folder import models_folder
 from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES, DG_MODEL_TYPE, DREAM_MODEL_TYPES
+
+READY_TYPES = (*DREAM_MODEL_TYPES, *AUTOREGRESSIVE_MODEL_TYPES)  # exported and timed after a pull (--ready)
 
 CONFIG_FILE = "config.json"
 WEIGHTS_SUFFIX = ".safetensors"
@@ -359,11 +365,39 @@ def pull(repo_id: str, revision: str | None, models: Path, force: bool) -> Path:
     return dest
 
 
+def make_ready(dest: Path, quantize: str) -> Path:
+    """Step 7: a Qwen2, Llama or Dream checkpoint exported for the base install
+    (`export-onnx --quantize`) into `<dest>-<quantize>`, and timed on this machine
+    (`diffusion-infill models --measure`), so that the language server can choose it
+    (engine/models/folder.py). Both are kept when done before; returns the export."""
+    try:
+        from engine.training.export_lm import export_lm
+    except ImportError as exc:
+        raise PullError(
+            f"exporting needs torch: pip install 'diffusion-lsp[torch]', or pull with --ready none ({exc})"
+        ) from exc
+    from engine.commands.models import measure
+    from engine.models.folder import machine_key, read_timing, write_timing
+
+    out = dest.with_name(f"{dest.name}-{quantize}")
+    if not (out / CONFIG_FILE).is_file():  # written last: a finished export
+        say(f"exporting for the base install (onnxruntime, {quantize} weights) into {out}: a few minutes")
+        export_lm(dest, out, quantize)
+    key = machine_key()
+    if read_timing(out, key) is None:
+        say(f"timing it on this machine ({key}): a minute or two")
+        write_timing(out, key, measure(out))
+    return out
+
+
 def cmd_pull(args: argparse.Namespace) -> int:
     require_hub()
     repo_id = parse_repo_id(args.repo_id)
     try:
         dest = pull(repo_id, args.revision, Path(os.path.abspath(models_folder(args.dir))), args.force)
+        model_type = json.loads((dest / CONFIG_FILE).read_text(encoding="utf-8")).get("model_type")
+        if args.ready != "none" and model_type in READY_TYPES:
+            dest = make_ready(dest, args.ready)
     except KeyboardInterrupt:
         say("interrupted: the files already complete are kept; run the same command again to resume")
         raise

@@ -310,7 +310,7 @@ def models(hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(["pull", *args])
+    code = main(["pull", "--ready", "none", *args])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -363,7 +363,7 @@ def test_pull_says_the_size_and_destination_before_the_weights_come(
     monkeypatch.setattr(sys, "stderr", stderr)
     said: list[str] = []
     hub.on_weights = lambda: said.append(stderr.getvalue())
-    assert main(["pull", REPO, "--dir", str(models)]) == 0, stderr.getvalue()
+    assert main(["pull", REPO, "--dir", str(models), "--ready", "none"]) == 0, stderr.getvalue()
     total = sum(len(hub.repos[REPO].files[n]) for n in PULLED)
     assert 10_000 < total < 1_000_000  # so the size reads in kB
     line = f"{total / 1000:.1f} kB in 5 files into {models / 'test-org--tiny-dream'}"
@@ -616,7 +616,7 @@ def test_importing_the_cli_contacts_no_hub(hub: FakeHub, tmp_path: Path) -> None
 def test_a_fresh_process_pulls_from_hf_endpoint(hub: FakeHub, tmp_path: Path) -> None:
     models = tmp_path / "models"
     proc = subprocess.run(
-        [sys.executable, "-m", "engine.commands.cli", "pull", REPO, "--dir", str(models)],
+        [sys.executable, "-m", "engine.commands.cli", "pull", REPO, "--dir", str(models), "--ready", "none"],
         cwd=ROOT, env=child_env(hub, tmp_path), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -630,7 +630,7 @@ def test_ctrl_c_stops_a_pull_at_once(hub: FakeHub, tmp_path: Path) -> None:
     hub.on_weights = asked.set
     hub.fail[WEIGHTS] = "stall"  # the weights start, then hang until the test ends
     proc = subprocess.Popen(
-        [sys.executable, "-m", "engine.commands.cli", "pull", REPO, "--dir", str(models)],
+        [sys.executable, "-m", "engine.commands.cli", "pull", REPO, "--dir", str(models), "--ready", "none"],
         cwd=ROOT, env=child_env(hub, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -715,3 +715,40 @@ def test_where_checkpoints_go(tmp_path: Path) -> None:
     assert checkpoint_dir(Path("/m"), "Dream-org/Dream-v0", None) == Path("/m/Dream-org--Dream-v0")
     assert checkpoint_dir(Path("/m"), "Dream-org/Dream-v0", "main") == Path("/m/Dream-org--Dream-v0")
     assert checkpoint_dir(Path("/m"), "Dream-org/Dream-v0", "refs/pr/1") == Path("/m/Dream-org--Dream-v0@refs_pr_1")
+
+
+# -- ready to use: exported and timed ------------------------------------------------------
+
+
+def test_a_pulled_qwen2_is_exported_and_timed_for_the_server(
+    hub: FakeHub, models: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """One command leaves a model the base install runs and the server can choose: the
+    checkpoint (a real tiny random Qwen2), its 8-bit export beside it, and the export's
+    fill times on this machine."""
+    pytest.importorskip("onnx_ir")
+    from engine.denoisers.loading import load_model
+    from engine.models.folder import default_model, machine_key, read_timing
+    from tests import dream_checkpoint
+
+    source = dream_checkpoint.write(tmp_path / "tiny-qwen2", "qwen2", autoregressive=True)
+    hub.repos["test-org/tiny-qwen2"] = Repo({p.name: p.read_bytes() for p in source.iterdir() if p.is_file()})
+    code, out, err = run_ready(capsys, "test-org/tiny-qwen2", "--dir", str(models))
+    assert code == 0, err
+    export = models / "test-org--tiny-qwen2-int8"
+    assert out == f"{export}\n" and "exporting for the base install" in err and "timing it" in err
+    loaded = load_model(export)
+    assert loaded.backend == "onnx"
+    timing = read_timing(export, machine_key())
+    assert timing is not None and timing.keystroke_p50_ms > 0
+    chosen = default_model(10 * timing.keystroke_p50_ms + 1000, env={"DIFFUSION_LSP_MODELS": str(models)})
+    assert chosen is not None and chosen.path == export
+    # again: the export and its times are kept, nothing is redone
+    code, out, err = run_ready(capsys, "test-org/tiny-qwen2", "--dir", str(models))
+    assert code == 0 and out == f"{export}\n" and "exporting" not in err and "timing" not in err
+
+
+def run_ready(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["pull", *args])  # --ready at its default
+    out, err = capsys.readouterr()
+    return code, out, err
