@@ -182,6 +182,14 @@ class Engine:
     def takes_extra_files(self) -> bool:
         return self.generator.takes_extra_files
 
+    @property
+    def min_confidence(self) -> float | None:
+        """The generator's calibrated threshold for fills shown unasked (a local model's
+        config.json `min_confidence`); None: it has none (docs/confidence.md). Optional
+        for a generator, so read with getattr."""
+        value = getattr(self.generator, "min_confidence", None)
+        return value if isinstance(value, float) else None
+
     def configured(self, **changes: Any) -> Engine:
         """The same generator (and its caches) with other options."""
         return Engine(self.generator, replace(self.options, **changes))
@@ -237,6 +245,8 @@ class Engine:
                 plan.span,
             )
         result.candidates = cands
+        for c in cands:
+            log.debug("fill %r: confidence %s", c.text, c.score)
         result.span = plan.span.kind if plan is not None else None
         result.warnings = warnings + [w for w in result.warnings if w not in warnings]
         for w in warnings:

@@ -93,6 +93,8 @@ def _md_values(opt: Option) -> str:
         return ", ".join(f"`{c}`" for c in opt.choices)
     if opt.kind == "integer":
         return f"{opt.minimum}-{opt.maximum}"
+    if opt.kind == "threshold":
+        return f"`auto`, {opt.minimum}-{opt.maximum}"
     if opt.kind == "boolean":
         return "`true`, `false`"
     if opt.kind == "strings":
@@ -246,6 +248,7 @@ def _emacs_doc(opt: Option) -> list[str]:
         what = {
             "integer": f"An integer in {opt.minimum}..{opt.maximum}",
             "string": "A directory" if opt.path else "A string",
+            "threshold": f'The string "auto" or a number in {opt.minimum}..{opt.maximum}',
         }
         if opt.choices is not None:
             what["string"] = "One of " + ", ".join(_elisp_value(c) for c in opt.choices)
@@ -274,6 +277,8 @@ def _emacs_type(opt: Option) -> list[str]:
     tag = _capital(_plain(opt.unset)) if opt.nullable else "Server default"
     if opt.choices is not None:
         alternatives = [f"(const {_elisp_string(c)})" for c in opt.choices]
+    elif opt.kind == "threshold":
+        alternatives = ['(const "auto")', "number"]
     else:
         alternatives = ["integer" if opt.kind == "integer" else "directory" if opt.path else "string"]
     head = f"  :type '(choice (const :tag {_elisp_string(tag)} nil)"
@@ -338,6 +343,7 @@ def _help_values(opt: Option) -> str:
     else:
         values = {
             "integer": f"integer {opt.minimum}..{opt.maximum}",
+            "threshold": f"`'auto'` or a number {opt.minimum}..{opt.maximum}",
             "boolean": "boolean",
             "strings": "list of strings",
             "string": "directory" if opt.path else "string",

@@ -21,6 +21,12 @@ as far as document URIs.
   remote server): its options are mapped from the settings here, once per change.
 - What the user must be told (an engine fault, once) goes to `notify`: the server's one
   path for telling (DiffusionServer.tell); without a server it is logged.
+- Confidence (docs/confidence.md): a fill shown unasked (`FillKind.gated`: the Automatic
+  trigger) keeps only the candidates whose confidence reaches the threshold
+  (`min_confidence`: the setting, or with `auto` the model's calibrated one, else
+  DEFAULT_MIN_CONFIDENCE); a candidate without a confidence (a remote engine that returned
+  no logprobs) is kept. A fill held back is logged: at info level (window/logMessage, the
+  log file) at most once per HELD_LOG_INTERVAL_S, at debug level every time.
 """
 
 from __future__ import annotations
@@ -43,9 +49,14 @@ from engine.local.generator import local_engine
 from engine.models.folder import default_model
 from engine.remote.generator import CHARS_PER_TOKEN, CONTEXT_CHARS, RemoteConfig, remote_engine
 from engine.spans import Document, Language, Span, fill_holes_jointly, language_for
-from lsp_server.settings import Settings
+from lsp_server.settings import AUTO, Settings
 
 log = logging.getLogger(__name__)
+
+# minConfidence `auto` for a model without a calibrated threshold (docs/confidence.md: the
+# lowest threshold that kept Qwen2.5-Coder-0.5B's single-line fills at 60% precision)
+DEFAULT_MIN_CONFIDENCE = 0.3
+HELD_LOG_INTERVAL_S = 60.0  # a fill held back is logged at info level at most this often
 
 Drafts = Callable[[int, list[str]], None]
 
@@ -69,9 +80,10 @@ class FillKind:
     timed: bool = True  # the settings' deadline applies (typing); a command the user asked for runs to its end
     type_through: bool = False  # answer from the last suggestion when the user typed its start (and remember it)
     supersede: bool = False  # the document's newest request: an edit, a newer one or $/cancelRequest stops it
+    gated: bool = False  # shown unasked: candidates below the confidence threshold are held back
 
 
-INLINE = FillKind(debounce=True, type_through=True, supersede=True)  # ghost text while typing
+INLINE = FillKind(debounce=True, type_through=True, supersede=True, gated=True)  # ghost text while typing
 INVOKED = FillKind(type_through=True, supersede=True)  # ghost text the user asked for: no debounce
 COMPLETION = FillKind(type_through=True, supersede=True)  # the completion item: no debounce
 REGION = FillKind(timed=False)  # code actions and next edit: run to the end
@@ -112,6 +124,7 @@ class FillService:
         self._lock = threading.Lock()
         self.notify: Callable[[str], None] = _log_warning  # tells the user (the server sets DiffusionServer.tell)
         self._last_error: str | None = None  # an engine fault is told once, until a fill works again
+        self._held_logged = -HELD_LOG_INTERVAL_S  # time.monotonic() of the last info line about a fill held back
 
     # -- engine and settings
     def configure(self, settings: Settings) -> None:
@@ -294,7 +307,37 @@ class FillService:
         result = engine.fill(req, control)
         self.engine_calls += int(result.retried)
         self._report(result.error)
-        return FillAnswer(result.candidates)
+        return FillAnswer(self.confident(result.candidates) if kind.gated else result.candidates)
+
+    def min_confidence(self) -> float:
+        """The threshold for fills shown unasked: the setting's number, or with `auto` the
+        model's calibrated threshold, else DEFAULT_MIN_CONFIDENCE."""
+        setting = self.settings.min_confidence
+        if setting != AUTO:
+            return float(setting)
+        calibrated = self.engine.min_confidence if self.engine is not None else None
+        return DEFAULT_MIN_CONFIDENCE if calibrated is None else calibrated
+
+    def confident(self, candidates: list[Candidate]) -> list[Candidate]:
+        """The candidates whose confidence reaches the threshold (all of them at 0; a
+        candidate without a confidence is kept); a fill held back is logged."""
+        threshold = self.min_confidence()
+        kept = [c for c in candidates if threshold <= 0 or c.score is None or c.score >= threshold]
+        if candidates and not kept:
+            best = max(c.score or 0.0 for c in candidates)
+            now = time.monotonic()
+            level = logging.INFO if now - self._held_logged >= HELD_LOG_INTERVAL_S else logging.DEBUG
+            if level == logging.INFO:
+                self._held_logged = now
+            log.log(
+                level,
+                "a fill was held back: its confidence %.2f is below minConfidence %.2f%s"
+                " (set diffusionLsp.minConfidence to 0 to see every fill, or ask for a suggestion)",
+                best,
+                threshold,
+                " (auto)" if self.settings.min_confidence == AUTO else "",
+            )
+        return kept
 
     def _report(self, error: str | None) -> None:
         """Tell the user of an engine fault once (not on every keystroke), and again only

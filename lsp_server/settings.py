@@ -34,6 +34,7 @@ class Settings:
     debounce_ms: int = 0
     deadline_ms: int = 2000  # a fill stops denoising this long after it starts and returns what it has
     alternatives: int = 3  # candidates when the user asks (triggerKind Invoked)
+    min_confidence: float | str = "auto"  # Automatic ghost text below this is held back; "auto": the model's
     languages: list[str] = field(default_factory=list)  # empty: all languages
     drafts: bool = False
     quantization: str = "none"  # DiffusionGemma checkpoints: "int8" or "4bit" weights
@@ -67,7 +68,9 @@ def engine_changed(old: Settings, new: Settings) -> bool:
     return any(getattr(old, f) != getattr(new, f) for f in ENGINE_FIELDS)
 
 
-Kind = Literal["integer", "string", "boolean", "strings"]
+# "threshold": `auto` (the model's value) or a number in minimum..maximum
+Kind = Literal["integer", "string", "boolean", "strings", "threshold"]
+AUTO = "auto"
 Client = Literal["vscode", "emacs", "nvim"]
 
 
@@ -195,6 +198,18 @@ OPTIONS: tuple[Option, ...] = (
         maximum=8,
         description="Candidates asked for when you trigger a suggestion explicitly.",
     ),
+    Option(
+        "min_confidence",
+        "minConfidence",
+        "threshold",
+        minimum=0,
+        maximum=1,
+        description=(
+            "Ghost text that comes while you type is shown only when the fill's confidence reaches this. `auto`:"
+            " the model's calibrated threshold (docs/confidence.md); `0` shows every fill. A suggestion you ask"
+            " for is always shown."
+        ),
+    ),
     Option("languages", "languages", "strings", description="Language ids the server fills; empty: all."),
     Option(
         "drafts",
@@ -292,6 +307,11 @@ def _check(opt: Option, value: Any) -> str | None:
         return None if ok else f"an integer in {opt.minimum}..{opt.maximum}"
     if opt.kind == "boolean":
         return None if isinstance(value, bool) else "true or false"
+    if opt.kind == "threshold":
+        ok = value == AUTO or (isinstance(value, (int, float)) and not isinstance(value, bool))
+        ok = ok and (value == AUTO or opt.minimum is None or value >= opt.minimum)
+        ok = ok and (value == AUTO or opt.maximum is None or value <= opt.maximum)
+        return None if ok else f"`{AUTO}` or a number in {opt.minimum}..{opt.maximum}"
     if opt.kind == "strings":
         return None if isinstance(value, list) and all(isinstance(x, str) for x in value) else "a list of strings"
     if opt.choices is not None:
@@ -304,6 +324,8 @@ def schema_property(opt: Option, default: Any) -> dict[str, Any]:
     description), with `default` as its default: the server's, or a client's own."""
     base = {"strings": "array"}.get(opt.kind, opt.kind)
     prop: dict[str, Any] = {"type": [base, "null"] if opt.nullable else base}
+    if opt.kind == "threshold":  # JSON Schema: a pattern binds strings only, a range numbers only
+        prop = {"type": ["string", "number"], "pattern": f"^{AUTO}$"}
     if opt.kind == "strings":
         prop["items"] = {"type": "string"}
     if opt.choices is not None:

@@ -165,6 +165,15 @@ An integer in 50..60000; nil: the server's default (2000)."
 An integer in 1..8; nil: the server's default (3)."
   :type '(choice (const :tag "Server default" nil) integer))
 
+(defcustom diffusion-lsp-min-confidence nil
+  "Ghost text that comes while you type is shown only when the fill's
+confidence reaches this.  `auto': the model's calibrated threshold
+\(docs/confidence.md); `0' shows every fill.  A suggestion you ask for
+is always shown.
+The string \"auto\" or a number in 0..1; nil: the server's default
+\(\"auto\")."
+  :type '(choice (const :tag "Server default" nil) (const "auto") number))
+
 (defcustom diffusion-lsp-languages nil
   "Language ids the server fills; empty: all."
   :type '(repeat string))
@@ -238,6 +247,7 @@ booleans are always sent."
                  (:debounceMs . ,diffusion-lsp-debounce-ms)
                  (:deadlineMs . ,diffusion-lsp-deadline-ms)
                  (:alternatives . ,diffusion-lsp-alternatives)
+                 (:minConfidence . ,diffusion-lsp-min-confidence)
                  (:languages . ,(and diffusion-lsp-languages (vconcat diffusion-lsp-languages)))
                  (:drafts . ,(if diffusion-lsp-drafts t :json-false))
                  (:endpoint . ,diffusion-lsp-endpoint)

@@ -45,6 +45,8 @@ class Scored:
     exact: bool
     right: bool  # exact, or the same program (engine.evaluation.heldout.equivalent)
     valid: bool | None  # parses no worse than the file as written; None: no grammar
+    mean_logprob: float | None = None  # the fill's mean log-probability per token (compared in docs/confidence.md)
+    fill: str = ""  # its text, for reading the report
 
 
 def reliability(fills: Sequence[Scored], bins: Sequence[float] = BINS) -> list[dict[str, Any]]:

@@ -40,9 +40,11 @@ from __future__ import annotations
 
 import ast
 import difflib
+import io
 import math
 import random
 import statistics
+import tokenize
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -112,6 +114,7 @@ class Outcome:
     accepted: int = 0  # verified decoding: drafted tokens kept
     canvas: int = 0  # the canvas it ran with (the length head's size, else the budget)
     score: float | None = None  # the fill's confidence (engine.candidate.Candidate.score)
+    mean_logprob: float | None = None  # its mean log-probability per token (the other measure reported)
     equivalent: bool = False  # the same program as the middle (`equivalent`), exact or not
 
 
@@ -154,25 +157,33 @@ def draw_tasks(
 
 
 def equivalent(prefix: str, middle: str, fill: str, suffix: str) -> bool:
-    """Whether the fill makes the same program as the middle: the same Python syntax tree
-    (quotes, spacing, line breaks inside brackets and comments aside), or, where the file
-    does not parse as written, the same text once white space is dropped."""
+    """Whether the fill makes the same program as the middle, comments included: the same
+    Python syntax tree and the same comments (quotes, spacing and line breaks inside
+    brackets aside), or, where the file does not parse as written, the same text once
+    white space is dropped."""
     if fill.rstrip() == middle.rstrip():
         return True
     try:
-        return ast.dump(ast.parse(prefix + fill + suffix)) == ast.dump(ast.parse(prefix + middle + suffix))
-    except (SyntaxError, ValueError, RecursionError):
+        same_tree = ast.dump(ast.parse(prefix + fill + suffix)) == ast.dump(ast.parse(prefix + middle + suffix))
+        return same_tree and _comments(prefix + fill + suffix) == _comments(prefix + middle + suffix)
+    except (SyntaxError, ValueError, RecursionError, tokenize.TokenError):
         return "".join(fill.split()) == "".join(middle.split())
 
 
-def first_line_score(cand: Candidate, line_breaks: frozenset[int]) -> float | None:
-    """The confidence of a one-token fill's first line: its tokens up to and including the
-    first that holds a line break (where the editor's one-line span stops decoding), or the
-    whole fill's (end-of-fill counted) when it has none."""
+def _comments(source: str) -> list[str]:
+    """The comments of Python source, in order, each without trailing white space."""
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return [t.string.rstrip() for t in tokens if t.type == tokenize.COMMENT]
+
+
+def first_line(cand: Candidate, line_breaks: frozenset[int]) -> Candidate:
+    """A one-token fill scored on its first line: its tokens up to and including the first
+    that holds a line break (where the editor's one-line span stops decoding); the whole
+    fill, end-of-fill counted, when it has none."""
     cut = next((i for i, t in enumerate(cand.token_ids) if t in line_breaks), None)
     if cut is None or cut + 1 > len(cand.confidence):
-        return cand.score
-    return scored(cand, [math.log(max(p, 1e-30)) for p in cand.confidence[: cut + 1]]).score
+        return cand
+    return scored(cand, [math.log(max(p, 1e-30)) for p in cand.confidence[: cut + 1]])
 
 
 def run_task(
@@ -198,14 +209,15 @@ def run_task(
     r = run.fill(InfillRequest(prefix=task.prefix, suffix=task.suffix))
     fill = r.text.split("\n", 1)[0] if task.single_line else r.text
     ids = r.candidates[0].token_ids if r.candidates else []
-    score = r.candidates[0].score if r.candidates else None
-    if r.candidates and task.single_line and sampler is not None and sampler.strategy in ONE_TOKEN_STRATEGIES:
+    best = r.candidates[0] if r.candidates else None
+    if best is not None and task.single_line and sampler is not None and sampler.strategy in ONE_TOKEN_STRATEGIES:
         local = engine.generator
         assert isinstance(local, LocalGenerator), "the held-out eval runs a local model"
-        score = first_line_score(r.candidates[0], local.tok.line_break_ids)
+        best = first_line(best, local.tok.line_break_ids)
     return Outcome(
         fill=fill,
-        score=score,
+        score=best.score if best is not None else None,
+        mean_logprob=best.mean_logprob if best is not None else None,
         equivalent=equivalent(task.prefix, task.middle, fill, task.suffix),
         exact=fill.rstrip() == task.middle.rstrip(),
         syntax_valid=parses_no_worse(task.prefix, task.middle, fill, task.suffix),
@@ -393,7 +405,14 @@ def scored_fills(by_kind: dict[str, tuple[list[Task], list[Outcome]]]) -> dict[s
     and outcome, as engine.evaluation.calibration.Scored fields."""
     out = {
         kind: [
-            {"score": o.score, "exact": o.exact, "right": o.exact or o.equivalent, "valid": o.syntax_valid}
+            {
+                "fill": o.fill,
+                "score": o.score,
+                "mean_logprob": o.mean_logprob,
+                "exact": o.exact,
+                "right": o.exact or o.equivalent,
+                "valid": o.syntax_valid,
+            }
             for o in outcomes
         ]
         for kind, (_, outcomes) in by_kind.items()

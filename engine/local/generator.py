@@ -158,6 +158,13 @@ class LocalGenerator:
             hard=min(MAX_CANVAS_TOKENS, self.den.info.max_positions - MIN_CONTEXT_TOKENS),
         )
 
+    @property
+    def min_confidence(self) -> float | None:
+        """The model's calibrated threshold for fills shown unasked (config.json defaults
+        `min_confidence`, written by engine/evaluation/calibration.py); None: uncalibrated."""
+        value = self.defaults.get("min_confidence")
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
     def count_tokens(self, text: str) -> int:
         return len(self.tok.encode(text))
 
@@ -466,10 +473,7 @@ class LocalGenerator:
             return sorted(group, key=lambda k: -(k.mean_logprob if k.mean_logprob is not None else LOGPROB_FLOOR))
 
         head = best(cands[:greedy]) if scored_passes else cands[:greedy]
-        ranked = [*head, *best(cands[greedy:])]
-        for k in ranked:
-            log.debug("candidate %r: confidence %s, mean log-probability %s", k.text, k.score, k.mean_logprob)
-        return ranked, scored_passes
+        return [*head, *best(cands[greedy:])], scored_passes
 
     def _candidate(self, row: np.ndarray, conf: np.ndarray) -> Candidate:
         """A decoded row with its confidence from each token's probability when it was

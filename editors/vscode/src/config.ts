@@ -19,6 +19,7 @@ const SERVER_KEYS = [
   "debounceMs",
   "deadlineMs",
   "alternatives",
+  "minConfidence",
   "languages",
   "drafts",
   "endpoint",
