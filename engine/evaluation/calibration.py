@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -83,7 +84,7 @@ def curve(fills: Sequence[Scored]) -> list[dict[str, Any]]:
         hits = sum(f.right for f in shown)
         rows.append(
             {
-                "threshold": round(t, 6),
+                "threshold": t,
                 "shown": round(len(shown) / len(fills), 4) if fills else 0.0,
                 "precision": round(hits / len(shown), 4) if shown else None,
                 "recall": round(hits / right_total, 4) if right_total else None,
@@ -108,7 +109,7 @@ def calibrate(by_kind: Mapping[str, Sequence[Scored]], precision: float = DEFAUL
     for kind, fills in by_kind.items():
         rows = curve(fills)
         t = threshold(rows, precision)
-        at = next((r for r in rows if t is not None and r["threshold"] == round(t, 6)), None)
+        at = next((r for r in rows if r["threshold"] == t), None)
         out[kind] = {
             "fills": len(fills),
             **_shares(fills),
@@ -159,7 +160,7 @@ def write_threshold(model_dir: Path, value: float, source: dict[str, Any]) -> Pa
     embedded = "diffusion_lsp" not in cfg and cfg.get("model_type") == "diffusion_coder"
     own = cfg if embedded else cfg.setdefault("diffusion_lsp", {})
     defaults = own.setdefault("defaults", {})
-    defaults["min_confidence"] = round(value, 4)
+    defaults["min_confidence"] = math.floor(value * 1e4) / 1e4  # rounded down: the fill it was chosen at stays shown
     defaults["min_confidence_source"] = source
     path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
