@@ -308,8 +308,8 @@ def _int_in(lo: int, hi: int | None = None) -> Any:
 
 
 def _device(text: str) -> str:
-    if not re.fullmatch(r"cpu|cuda(:\d+)?", text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a device: use cpu, cuda or cuda:N")
+    if not re.fullmatch(r"cpu|cuda(:\d+)?|mps", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device: use cpu, cuda, cuda:N or mps")
     return text
 
 
@@ -356,12 +356,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", type=Path, default=DEFAULT_MODEL_DIR, help="model directory (default: the shipped model)"
     )
     common.add_argument("--backend", choices=BACKENDS, default="auto")
-    common.add_argument("--device", type=_device, default="cpu", help="cpu, cuda or cuda:N")
+    common.add_argument("--device", type=_device, default="cpu", help="cpu, cuda, cuda:N or mps (Apple's GPU)")
     common.add_argument(
         "--quantization",
         choices=QUANTIZATIONS,
         default="none",
-        help="DiffusionGemma checkpoints: int8 or 4bit weights (the memory needed is checked before loading)",
+        help="transformers checkpoints (DiffusionGemma, Dream, Qwen2, Llama): int8 or 4bit weights "
+        "(the memory needed is checked before loading)",
     )
     common.add_argument("-v", "--verbose", action="store_true")
 

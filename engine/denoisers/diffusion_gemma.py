@@ -43,11 +43,12 @@ except ImportError as exc:
         "Install them with: pip install 'diffusion-lsp[torch]'"
     ) from exc
 
-from engine.denoisers import dg_quant
+from engine.denoisers import quant
 from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, PromptLayout, as_prompt
 from engine.denoisers.dg_graph import StepGraph, graph_unavailable_reason
 from engine.denoisers.dg_static import StaticContext, static_step
 from engine.denoisers.hf_cache import cache_nbytes, can_crop, expand_cache, fork_cache
+from engine.denoisers.hf_device import compute_dtype, resolve_device
 from engine.denoisers.kv import common_prefix_len
 from engine.denoisers.layouts import Plain, suffix_first
 from engine.denoisers.loading import LoadedModel
@@ -165,28 +166,28 @@ class DiffusionGemmaDenoiser(OnModelDevice):
     ) -> DiffusionGemmaDenoiser:
         """Load a local checkpoint directory (config.json + safetensors weights).
 
-        device: "auto" (cuda when available, else cpu), "cpu", "cuda" or "cuda:N".
-        dtype: a torch dtype or its name; None keeps the checkpoint's dtype on cuda and
-            uses float32 on cpu. Only safetensors are read (never pickles), only from disk.
-        quantization: "none", "int8" or "4bit" (engine.denoisers.dg_quant): the memory it
+        device: "auto" (cuda when available, else mps, else cpu), "cpu", "cuda", "cuda:N"
+            or "mps" (engine.denoisers.hf_device).
+        dtype: a torch dtype or its name; None keeps the checkpoint's dtype on cuda, uses
+            float32 on cpu and bfloat16 (else float16) on mps. Only safetensors are read (never pickles), only from disk.
+        quantization: "none", "int8" or "4bit" (engine.denoisers.quant): the memory it
             needs is checked against the device's free memory first; the checkpoint is
             quantized on the host as it is loaded, then moved to the device.
         options: passed to the constructor (static_cache, max_prompt, cuda_graph,
             graph_shapes, experts); graphs are captured here, at load.
         """
         root = _checkpoint_dir(path)
-        device = _resolve_device(device, root)
+        device = resolve_device(device, root)
         if isinstance(dtype, str):
             resolved = getattr(torch, dtype, None)
             if not isinstance(resolved, torch.dtype):
                 raise ValueError(f"unknown torch dtype {dtype!r}")
             dtype = resolved
-        if quantization not in dg_quant.QUANTIZATIONS:
+        if quantization not in quant.QUANTIZATIONS:
             raise ModelLoadError(
-                f"unknown quantization {quantization!r}; choose one of {', '.join(dg_quant.QUANTIZATIONS)}"
+                f"unknown quantization {quantization!r}; choose one of {', '.join(quant.QUANTIZATIONS)}"
             )
-        on_cuda = device.startswith("cuda")
-        torch_dtype: torch.dtype | str = dtype if dtype is not None else ("auto" if on_cuda else torch.float32)
+        torch_dtype: torch.dtype | str = dtype if dtype is not None else _default_dtype(device)
         model = _load_checked(root, device, torch_dtype, quantization)
         model.eval()
         return cls(model, **options)
@@ -337,13 +338,11 @@ def _checkpoint_dir(path: str | os.PathLike[str]) -> Path:
     return root
 
 
-def _resolve_device(device: str, root: Path) -> str:
-    """ "auto": cuda when available, else cpu; a cuda device must be there."""
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if str(device).startswith("cuda") and not torch.cuda.is_available():
-        raise ModelLoadError(f"device {device!r} requested for {root}, but CUDA is not available")
-    return str(device)
+def _default_dtype(device: str) -> torch.dtype | str:
+    """The checkpoint's own dtype on cuda ("auto"), float32 on cpu, bfloat16 or float16 on mps."""
+    if device.startswith("cuda"):
+        return "auto"
+    return compute_dtype(device, torch.bfloat16)
 
 
 def _load_checked(
@@ -359,9 +358,9 @@ def _load_checked(
         raise ModelLoadError(f"could not read the DiffusionGemma config in {root}: {exc}") from exc
     stored = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or torch.bfloat16
     compute = torch_dtype if isinstance(torch_dtype, torch.dtype) else _as_dtype(stored)
-    dg_quant.check_fits(config, quantization, compute, device, root)  # type: ignore[arg-type]
-    if quantization != "none":  # quantized on the host while loading: it holds the checkpoint once
-        dg_quant.check_fits(config, "none", compute, "cpu", root)
+    meta = quant.meta_model(DiffusionGemmaForBlockDiffusion, config)
+    quant.check_before_loading(meta, quantization, compute, compute, device, root)  # type: ignore[arg-type]
+    del meta
     kwargs: dict[str, Any] = {
         "local_files_only": True,
         "trust_remote_code": False,
@@ -373,7 +372,8 @@ def _load_checked(
     try:
         model = DiffusionGemmaForBlockDiffusion.from_pretrained(str(root), **kwargs)
         if quantization != "none":
-            dg_quant.quantize_model(model, quantization)  # type: ignore[arg-type]
+            quant.quantize_model(model, quantization)  # type: ignore[arg-type]
+        if device != "cpu" and (quantization != "none" or not device.startswith("cuda")):
             model.to(device)  # type: ignore[arg-type]
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise ModelLoadError(f"could not load DiffusionGemma model from {root}: {exc}") from exc

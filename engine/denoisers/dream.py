@@ -44,13 +44,14 @@ from typing import Any
 
 try:
     import torch
-    from transformers import AutoModelForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
     from transformers.cache_utils import Cache, DynamicCache
 except ImportError as exc:
     raise ImportError("The dream backend needs torch and transformers: pip install 'diffusion-lsp[torch]'") from exc
 
 from engine.denoisers.base import EncodedContext, Prompt, as_prompt
 from engine.denoisers.hf_cache import cache_nbytes, can_crop, expand_cache, fork_cache
+from engine.denoisers.hf_load import load_pretrained
 from engine.denoisers.kv import common_prefix_len
 from engine.denoisers.layouts import ONE_TOKEN_OFF, DreamLayout, Parts, Specials, dream_mode, dream_tokens
 from engine.denoisers.loading import LoadedModel
@@ -84,7 +85,6 @@ _QWEN2_FIELDS = (
     "eos_token_id",
     "pad_token_id",
 )
-_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 
 
 def _cache_keyword() -> str:
@@ -302,43 +302,30 @@ def qwen2_config(cfg: dict[str, Any]) -> Qwen2Config:
 
 
 def load_causal_model(
-    path: Path, cfg: dict[str, Any], device: str, dtype: torch.dtype | None = None
+    path: Path, cfg: dict[str, Any], device: str, dtype: torch.dtype | None = None, quantization: str = "none"
 ) -> PreTrainedModel:
     """The checkpoint's layers as a transformers causal LM: Qwen2ForCausalLM for a Dream
-    config, the native class for qwen2/llama; safetensors only, local files only, no
-    remote code; every weight must be found."""
-    if not any((path / name).is_file() for name in _WEIGHT_FILES):
-        raise ModelLoadError(f"no safetensors weights ({' or '.join(_WEIGHT_FILES)}) in {path}")
-    on_cuda = device.startswith("cuda")
-    if on_cuda and not torch.cuda.is_available():
-        raise ModelLoadError(f"device {device!r} requested for {path}, but CUDA is not available")
-    kwargs: dict[str, Any] = {
-        "local_files_only": True,
-        "trust_remote_code": False,
-        "use_safetensors": True,
-        "dtype": dtype if dtype is not None else ("auto" if on_cuda else torch.float32),
-        "output_loading_info": True,
-    }
-    if on_cuda:
-        kwargs["device_map"] = device
-    loaded: Any
-    try:
-        if cfg.get("model_type") in DREAM_MODEL_TYPES:
-            loaded = Qwen2ForCausalLM.from_pretrained(str(path), config=qwen2_config(cfg), **kwargs)
-        else:
-            loaded = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise ModelLoadError(f"could not load the checkpoint in {path}: {exc}") from exc
-    model, info = loaded
-    missing = [k for k in info.get("missing_keys", ()) if k != "lm_head.weight" or not model.config.tie_word_embeddings]
-    if missing:
-        raise ModelLoadError(
-            f"{path}: the weights lack {len(missing)} tensors of the architecture (e.g. {missing[0]}): "
-            "not a Dream/Qwen2/Llama checkpoint this backend can run"
+    config, the native class for qwen2/llama; on `device` at `quantization` after the
+    memory check (engine.denoisers.hf_load: safetensors only, local files only, no remote
+    code; every weight must be found)."""
+    if cfg.get("model_type") in DREAM_MODEL_TYPES:
+        return load_pretrained(
+            path, Qwen2ForCausalLM, qwen2_config(cfg), cfg, device=device, quantization=quantization, dtype=dtype
         )
-    model.eval()
-    result: PreTrainedModel = model
-    return result
+    try:
+        config = AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelLoadError(f"could not load the checkpoint in {path}: {exc}") from exc
+    return load_pretrained(
+        path,
+        AutoModelForCausalLM,
+        config,
+        cfg,
+        device=device,
+        quantization=quantization,
+        dtype=dtype,
+        build=AutoModelForCausalLM.from_config,
+    )
 
 
 def load_dir(path: Path, cfg: dict[str, Any], *, device: str = "cpu", quantization: str = "none") -> LoadedModel:
@@ -354,6 +341,6 @@ def load_dir(path: Path, cfg: dict[str, Any], *, device: str = "cpu", quantizati
     if cache not in CACHE_MODES:
         raise ModelLoadError(f"{path / CONFIG_FILE}: diffusion_lsp.cache must be one of {', '.join(CACHE_MODES)}")
     autoregressive, defaults = dream_mode(model_type, own)
-    model = load_causal_model(path, cfg, device)
+    model = load_causal_model(path, cfg, device, quantization=quantization)
     den = DreamDenoiser(model, specials, autoregressive=autoregressive, cache=cache, suppress_ids=suppress)
     return LoadedModel(path=path, tokenizer=tok, denoiser=den, backend="dream", defaults=defaults)

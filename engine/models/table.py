@@ -21,7 +21,7 @@ DREAM_MODEL_TYPES = ("Dream", "dream")  # the Dream family: a diffusion-trained 
 AUTOREGRESSIVE_MODEL_TYPES = ("qwen2", "llama")  # plain checkpoints, run by the dream backend too
 ONNX_LM_MODEL_TYPE = "onnx_lm"  # one of those exported for onnxruntime (diffusion-infill export-onnx)
 
-DG_QUANTIZATIONS = ("none", "int8", "4bit")  # engine/denoisers/dg_quant.py
+WEIGHT_QUANTIZATIONS = ("none", "int8", "4bit")  # engine/denoisers/quant.py: every transformers backend
 AUTO = "auto"  # the first row that loads the checkpoint's model_type
 NO_QUANTIZATION = "none"
 TORCH = "torch: pip install 'diffusion-lsp[torch]'"
@@ -53,7 +53,7 @@ TABLE: tuple[Backend, ...] = (
         "engine.denoisers.diffusion_gemma:load_dir",
         (DG_MODEL_TYPE,),
         "DiffusionGemma",
-        quantizations=DG_QUANTIZATIONS,
+        quantizations=WEIGHT_QUANTIZATIONS,
         needs="torch and transformers>=5.23: pip install 'diffusion-lsp[torch]'",
     ),
     Backend(
@@ -61,6 +61,7 @@ TABLE: tuple[Backend, ...] = (
         "engine.denoisers.dream:load_dir",
         (*DREAM_MODEL_TYPES, *AUTOREGRESSIVE_MODEL_TYPES),
         "Dream, Qwen2 or Llama",
+        quantizations=WEIGHT_QUANTIZATIONS,
         needs="torch and transformers: pip install 'diffusion-lsp[torch]'",
     ),
 )

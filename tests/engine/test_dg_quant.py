@@ -1,4 +1,4 @@
-"""Quantized DiffusionGemma loading (engine/denoisers/dg_quant.py) on a tiny random
+"""Quantized DiffusionGemma loading (engine/denoisers/quant.py) on a tiny random
 checkpoint on the CPU: the weights shrink as the estimate says, fills come out, the
 denoising step stays close to the full-precision one, and a device too small for a
 setting gets a message naming one that fits."""
@@ -16,7 +16,7 @@ pytest.importorskip("transformers.models.diffusion_gemma")
 
 from transformers import DiffusionGemmaForBlockDiffusion  # noqa: E402
 
-from engine.denoisers import dg_quant  # noqa: E402
+from engine.denoisers import quant as dg_quant  # noqa: E402
 from engine.denoisers.loading import load_model  # noqa: E402
 from engine.errors import ModelLoadError  # noqa: E402
 from engine.fill import FillOptions, InfillRequest  # noqa: E402
@@ -52,7 +52,8 @@ def test_a_quantized_checkpoint_fills_and_holds_what_the_estimate_says(checkpoin
     assert any(isinstance(m, dg_quant.QuantLinear) for m in model.modules())
     held, before = dg_quant.held_bytes(model), dg_quant.held_bytes(full.denoiser.model)  # type: ignore[attr-defined]
     assert held < before
-    est = dg_quant.estimate(model.config, q, torch.float32)  # type: ignore[arg-type]
+    meta = dg_quant.meta_model(DiffusionGemmaForBlockDiffusion, model.config)
+    est = dg_quant.estimate(meta, q, torch.float32)  # type: ignore[arg-type]
     assert abs(est.weights - held) <= 0.2 * held, (est.describe(), held)
     assert est.kept["embeddings"] > 0 and "kept as they are" in est.describe()
     # the denoising step runs and stays close to the full-precision one
@@ -74,12 +75,13 @@ def test_a_quantized_checkpoint_fills_and_holds_what_the_estimate_says(checkpoin
 
 def test_a_device_too_small_gets_a_setting_that_fits(checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = DiffusionGemmaForBlockDiffusion.config_class.from_pretrained(str(checkpoint))  # type: ignore[union-attr]
-    sizes = {q: dg_quant.estimate(cfg, q, torch.float32).runtime for q in ("none", "int8", "4bit")}  # type: ignore[arg-type]
+    meta = dg_quant.meta_model(DiffusionGemmaForBlockDiffusion, cfg)
+    sizes = {q: dg_quant.estimate(meta, q, torch.float32).runtime for q in ("none", "int8", "4bit")}  # type: ignore[arg-type]
     assert sizes["none"] > sizes["int8"] > sizes["4bit"]
     monkeypatch.setattr(dg_quant, "free_memory", lambda device: (sizes["int8"] + sizes["4bit"]) // 2)
     with pytest.raises(ModelLoadError, match="set quantization to '4bit'") as err:
         load_model(checkpoint, quantization="int8")
-    assert "GiB is free" in str(err.value) and "Traceback" not in str(err.value)
+    assert "iB is free" in str(err.value) and "Traceback" not in str(err.value)
     monkeypatch.setattr(dg_quant, "free_memory", lambda device: sizes["4bit"] // 2)
     with pytest.raises(ModelLoadError, match="no setting fits"):
         load_model(checkpoint)
@@ -88,7 +90,7 @@ def test_a_device_too_small_gets_a_setting_that_fits(checkpoint: Path, monkeypat
 def test_quantization_is_refused_where_it_does_not_apply(checkpoint: Path, tiny_model_dir: Path) -> None:
     with pytest.raises(ModelLoadError, match="unknown quantization"):
         load_model(checkpoint, quantization="2bit")
-    with pytest.raises(ModelLoadError, match="for DiffusionGemma checkpoints"):
+    with pytest.raises(ModelLoadError, match="for DiffusionGemma and Dream, Qwen2 or Llama checkpoints"):
         load_model(tiny_model_dir, quantization="4bit")
 
 
@@ -126,4 +128,4 @@ def test_the_server_setting_loads_a_quantized_checkpoint_or_says_why_not(
     assert bad and "quantization" in bad[0]
     monkeypatch.setattr(dg_quant, "free_memory", lambda device: 1024)
     error = fills.load(settings)
-    assert error is not None and "GiB is free" in error and fills.engine is None
+    assert error is not None and "iB is free" in error and fills.engine is None
