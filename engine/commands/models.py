@@ -1,5 +1,6 @@
-"""diffusion-infill models: what is in the models folder (size, backend, quantization, and
-the fill times measured on this machine), and `--measure` to time them here.
+"""diffusion-infill models: what is in the models folder (size, backend, quantization, the
+fill times measured on this machine, and a checkpoint's own decoding defaults from its
+generation_config.json), and `--measure` to time them here.
 
 A measurement loads the model, then at a few line ends of a standard-library file (the
 same for every model) fills once with the cache cold and once after each of a few typed
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 from engine.errors import EngineError
+from engine.models.directory import decoding_defaults
 from engine.models.folder import Entry, Timing, default_model, machine_key, models_folder, scan, write_timing
 
 SAMPLE = ("email", "_header_value_parser.py")  # in every CPython's standard library
@@ -83,6 +85,7 @@ def _row(e: Entry, chosen: Entry | None) -> dict[str, object]:
         "cold_p50_ms": t.cold_p50_ms if t else None,
         "load_s": t.load_s if t else None,
         "problem": e.problem,
+        "decoding": decoding_defaults(e.path).describe() or None,  # the checkpoint's own decoding defaults
         "path": str(e.path),
     }
 
@@ -102,6 +105,8 @@ def _table(rows: list[dict[str, object]]) -> str:
         )
         if r["problem"]:
             out.append(f"    {r['problem']}")
+        if r.get("decoding"):
+            out.append(f"    {r['decoding']}")
     return "\n".join(out)
 
 

@@ -57,7 +57,7 @@ from engine.denoisers.layouts import ONE_TOKEN_OFF, DreamLayout, Parts, Specials
 from engine.denoisers.loading import LoadedModel
 from engine.denoisers.torch import OnModelDevice
 from engine.errors import ModelLoadError
-from engine.models.directory import CONFIG_FILE, TOKENIZER_FILE, require
+from engine.models.directory import CONFIG_FILE, TOKENIZER_FILE, decoding_defaults, require
 from engine.models.table import DREAM_MODEL_TYPES
 
 log = logging.getLogger(__name__)
@@ -331,8 +331,10 @@ def load_causal_model(
 def load_dir(path: Path, cfg: dict[str, Any], *, device: str = "cpu", quantization: str = "none") -> LoadedModel:
     """A Dream-family or plain Qwen2/Llama checkpoint directory. Special ids come from
     config.json (eos, pad, bos, mask_token_id) and the tokenizer (the fill-in-the-middle
-    markers); config.json's optional "diffusion_lsp" section may set "special_tokens"
-    (names), "autoregressive", "cache" ("exact" or "dual") and "defaults"."""
+    markers); the decoding defaults from generation_config.json where it has them
+    (engine.models.directory.decoding_defaults); config.json's optional "diffusion_lsp"
+    section may set "special_tokens" (names), "autoregressive", "cache" ("exact" or
+    "dual") and "defaults" (over generation_config.json's)."""
     require(path, TOKENIZER_FILE)
     own = cfg.get("diffusion_lsp", {})
     model_type = cfg["model_type"]
@@ -341,6 +343,7 @@ def load_dir(path: Path, cfg: dict[str, Any], *, device: str = "cpu", quantizati
     if cache not in CACHE_MODES:
         raise ModelLoadError(f"{path / CONFIG_FILE}: diffusion_lsp.cache must be one of {', '.join(CACHE_MODES)}")
     autoregressive, defaults = dream_mode(model_type, own)
+    defaults = {**decoding_defaults(path).defaults, **defaults}  # config.json's own defaults win
     model = load_causal_model(path, cfg, device, quantization=quantization)
     den = DreamDenoiser(model, specials, autoregressive=autoregressive, cache=cache, suppress_ids=suppress)
     return LoadedModel(path=path, tokenizer=tok, denoiser=den, backend="dream", defaults=defaults)

@@ -20,6 +20,7 @@ local directory: nothing is fetched.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -126,3 +127,67 @@ DG_SPECIAL_TOKENS: dict[str, str] = {
     "prefix": "<|fim_prefix|>",
     "middle": "<|fim_middle|>",
 }
+
+
+# ---------------------------------------------------------------------------- decoding defaults
+
+GENERATION_FILE = "generation_config.json"
+# A diffusion checkpoint's generation_config.json names its decoding by its family's fields:
+# Dream's generate() (steps, alg, temperature), LLaDA's (steps, block_length, remasking),
+# Fast-dLLM v2's and SDAR's (block_size, threshold). Only a file with one of these is read:
+# an autoregressive checkpoint's temperature is for its chat sampling, not for a canvas.
+DIFFUSION_FIELDS = ("steps", "diffusion_steps", "alg", "remasking", "block_length", "block_size")
+# their unmasking orders that are ours: the same positions first; how many a step is ours
+ALGORITHMS = {"entropy": "entropy_bound", "maskgit_plus": "confidence", "low_confidence": "confidence"}
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """A checkpoint's own decoding defaults (generation_config.json): what was read, and
+    the sampler defaults it gives (SamplerConfig fields); `notes` says what was not taken."""
+
+    read: dict[str, Any] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """One line for `diffusion-infill models`: each field read, and what it set."""
+        if not self.read:
+            return ""
+        set_ = ", ".join(f"{k} {v}" for k, v in self.defaults.items())
+        read = ", ".join(f"{k} {v}" for k, v in self.read.items())
+        return f"{GENERATION_FILE}: {read}" + (f" -> {set_}" if set_ else "") + "".join(f"; {n}" for n in self.notes)
+
+
+def decoding_defaults(path: Path) -> Decoding:
+    """The decoding defaults in `path`'s generation_config.json (none when the file is
+    absent, unreadable, or not a diffusion model's): steps -> max_steps, temperature
+    (> 0) -> t_max and t_min, alg or remasking -> strategy where the order is ours;
+    the block length is read and shown (the canvas is one block)."""
+    try:
+        raw = json.loads((path / GENERATION_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return Decoding()
+    if not isinstance(raw, dict) or not any(k in raw for k in DIFFUSION_FIELDS):
+        return Decoding()
+    fields = ("steps", "diffusion_steps", "block_length", "block_size", "alg", "remasking", "temperature", "threshold")
+    read = {k: raw[k] for k in fields if raw.get(k) is not None}
+    defaults: dict[str, Any] = {}
+    notes: list[str] = []
+    steps = read.get("steps", read.get("diffusion_steps"))
+    if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 1:
+        defaults["max_steps"] = steps
+    temperature = read.get("temperature")
+    if isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature > 0:
+        defaults["t_max"] = defaults["t_min"] = float(temperature)
+    alg = read.get("alg", read.get("remasking"))
+    if isinstance(alg, str):
+        if alg in ALGORITHMS:
+            defaults["strategy"] = ALGORITHMS[alg]
+        else:
+            notes.append(f"{alg!r} is not an order this engine decodes in: its strategy is kept")
+    if "block_length" in read or "block_size" in read:
+        notes.append("the block length is shown, not used: a fill's canvas is one block")
+    if "threshold" in read:
+        notes.append("the threshold is shown, not used")
+    return Decoding(read, defaults, tuple(notes))
