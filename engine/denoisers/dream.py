@@ -57,8 +57,16 @@ from engine.denoisers.layouts import ONE_TOKEN_OFF, DreamLayout, Parts, Specials
 from engine.denoisers.loading import LoadedModel
 from engine.denoisers.torch import OnModelDevice
 from engine.errors import ModelLoadError
-from engine.models.directory import CONFIG_FILE, TOKENIZER_FILE, decoding_defaults, require
-from engine.models.table import DREAM_MODEL_TYPES
+from engine.models.directory import (
+    CONFIG_FILE,
+    TOKENIZER_FILE,
+    decoding_defaults,
+    diffusion_signal,
+    generation_mask_id,
+    require,
+)
+from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES, DREAM_MODEL_TYPES
+from engine.models.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -330,20 +338,38 @@ def load_causal_model(
 
 def load_dir(path: Path, cfg: dict[str, Any], *, device: str = "cpu", quantization: str = "none") -> LoadedModel:
     """A Dream-family or plain Qwen2/Llama checkpoint directory. Special ids come from
-    config.json (eos, pad, bos, mask_token_id) and the tokenizer (the fill-in-the-middle
-    markers); the decoding defaults from generation_config.json where it has them
-    (engine.models.directory.decoding_defaults); config.json's optional "diffusion_lsp"
-    section may set "special_tokens" (names), "autoregressive", "cache" ("exact" or
-    "dual") and "defaults" (over generation_config.json's)."""
+    config.json (eos, pad, bos, mask_token_id; else generation_config.json's mask) and
+    the tokenizer (the fill-in-the-middle markers); the decoding defaults from
+    generation_config.json where it has them (engine.models.directory.decoding_defaults);
+    config.json's optional "diffusion_lsp" section may set "special_tokens" (names),
+    "autoregressive", "cache" ("exact" or "dual") and "defaults" (over
+    generation_config.json's). A Qwen2/Llama checkpoint that is diffusion-trained
+    (`diffusion_signal`) is decoded on the canvas, as a Dream checkpoint is."""
     require(path, TOKENIZER_FILE)
     own = cfg.get("diffusion_lsp", {})
-    model_type = cfg["model_type"]
+    mask = generation_mask_id(path)
+    if cfg.get("mask_token_id") is None and mask is not None:
+        cfg = {**cfg, "mask_token_id": mask}
     tok, specials, suppress = dream_tokens(path, cfg, own)
     cache = own.get("cache", "exact")
     if cache not in CACHE_MODES:
         raise ModelLoadError(f"{path / CONFIG_FILE}: diffusion_lsp.cache must be one of {', '.join(CACHE_MODES)}")
-    autoregressive, defaults = dream_mode(model_type, own)
+    autoregressive, defaults = dream_mode(_canvas_type(path, cfg, tok), own)
     defaults = {**decoding_defaults(path).defaults, **defaults}  # config.json's own defaults win
     model = load_causal_model(path, cfg, device, quantization=quantization)
     den = DreamDenoiser(model, specials, autoregressive=autoregressive, cache=cache, suppress_ids=suppress)
     return LoadedModel(path=path, tokenizer=tok, denoiser=den, backend="dream", defaults=defaults)
+
+
+def _canvas_type(path: Path, cfg: dict[str, Any], tok: Tokenizer) -> str:
+    """The model type whose decoding the checkpoint gets: a diffusion-trained Qwen2 or
+    Llama checkpoint is decoded as a Dream one (on the canvas; its one-token mode off
+    unless config.json says), and says why in the log."""
+    model_type = str(cfg["model_type"])
+    if model_type not in AUTOREGRESSIVE_MODEL_TYPES:
+        return model_type
+    why = diffusion_signal(path, cfg, tok.hf.token_to_id)
+    if why is None:
+        return model_type
+    log.info("%s: a %s checkpoint trained for diffusion (%s): decoded on the canvas", path, model_type, why)
+    return DREAM_MODEL_TYPES[0]

@@ -20,6 +20,7 @@ local directory: nothing is fetched.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -191,3 +192,35 @@ def decoding_defaults(path: Path) -> Decoding:
     if "threshold" in read:
         notes.append("the threshold is shown, not used")
     return Decoding(read, defaults, tuple(notes))
+
+
+# A Qwen2 or Llama config.json whose checkpoint was trained for diffusion (an open diffusion
+# coder ships that way: Qwen2's own layers, a mask token, bidirectional attention at
+# generation) is run on the canvas, not one token at a time. What says so:
+MASK_TOKEN_NAMES = ("<|mask|>", "<|mdm_mask|>")  # the Dream family's; LLaDA's
+
+
+def generation_mask_id(path: Path) -> int | None:
+    """generation_config.json's mask_token_id (where a diffusion checkpoint keeps it)."""
+    try:
+        raw = json.loads((path / GENERATION_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    value = raw.get("mask_token_id") if isinstance(raw, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def diffusion_signal(path: Path, cfg: dict[str, Any], token_id: Callable[[str], int | None]) -> str | None:
+    """Why a checkpoint with an autoregressive model_type is diffusion-trained (None: it is
+    not): config.json `is_causal: false`; generation_config.json with a mask token or a
+    diffusion model's decoding fields; or a mask token in the tokenizer (`token_id` looks
+    a name up). A converted GGUF's `mask_token_id` in config.json is not a sign: that row
+    is added for `adapt` to train (engine/commands/convert.py)."""
+    if cfg.get("is_causal") is False:
+        return f"{CONFIG_FILE} says is_causal: false"
+    if generation_mask_id(path) is not None:
+        return f"{GENERATION_FILE} names a mask_token_id"
+    if decoding_defaults(path).read:
+        return f"{GENERATION_FILE} has a diffusion model's decoding fields"
+    named = next((n for n in MASK_TOKEN_NAMES if token_id(n) is not None), None)
+    return f"the tokenizer has the mask token {named}" if named else None
