@@ -21,6 +21,8 @@ STRATEGIES: tuple[Strategy, ...] = (
 # strategies that decode outside the canvas loop (engine/local/verify.py, run_autoregressive)
 ONE_TOKEN_STRATEGIES: tuple[Strategy, ...] = ("autoregressive", "verified")
 CANDIDATE_TEMPERATURE = 0.8  # the extra, sampled candidates of a fill (local rows, remote requests)
+DraftSource = Literal["canvas", "lookup"]
+DRAFT_SOURCES: tuple[DraftSource, ...] = ("canvas", "lookup")
 StopReason = Literal["complete", "stable", "max_steps", "deadline", "cancelled"]
 
 
@@ -43,10 +45,13 @@ class SamplerConfig:
     end_confidence: float = 0.9  # absorbing: lock padding at the leftmost position this sure of it
     min_tokens: int = 0  # the fill has at least this many tokens (end-of-fill and padding barred before)
     seed: int | None = None
-    # "verified" (engine/local/verify.py): the canvas drafts with this strategy in this many
-    # passes, the one-token mode keeps what it agrees with
+    # "verified" (engine/local/verify.py): drafts the one-token mode keeps where it agrees,
+    # from the canvas (`draft_strategy` in `draft_steps` passes) or copied from the context
+    # ("lookup": the prompt-lookup drafter, at most `draft_tokens` a draft)
+    drafts: DraftSource = "canvas"
     draft_strategy: Strategy = "entropy_bound"
     draft_steps: int = 1
+    draft_tokens: int = 8
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -69,6 +74,10 @@ class SamplerConfig:
             raise ValueError(f"draft_strategy must be a canvas strategy; got {self.draft_strategy!r}")
         if self.draft_steps < 1:
             raise ValueError(f"draft_steps must be >= 1; got {self.draft_steps}")
+        if self.drafts not in DRAFT_SOURCES:
+            raise ValueError(f"drafts must be one of {', '.join(DRAFT_SOURCES)}; got {self.drafts!r}")
+        if self.draft_tokens < 1:
+            raise ValueError(f"draft_tokens must be >= 1; got {self.draft_tokens}")
 
     def temperature(self, remaining: int) -> float:
         """Linear schedule as transformers' LinearTemperatureScheduleLogitsProcessor:

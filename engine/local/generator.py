@@ -183,7 +183,8 @@ class LocalGenerator:
         autoregressive mode keeps its one strategy."""
         d = self.defaults
         base = SamplerConfig(**UNIFORM_DEFAULTS) if self.den.info.regime == "uniform" else SamplerConfig()
-        changes = {k: d[k] for k in ("strategy", "max_steps", "entropy_bound", "t_max", "t_min") if k in d}
+        keys = ("strategy", "max_steps", "entropy_bound", "t_max", "t_min", "drafts", "draft_tokens")
+        changes = {k: d[k] for k in keys if k in d}
         own = d.get("multiline_strategy") if multiline else None
         if own is not None and (own != "autoregressive" or self.den.info.autoregressive):
             changes["strategy"] = own
@@ -234,6 +235,20 @@ class LocalGenerator:
             stops = (sp.suffix, sp.prefix, sp.middle, sp.pad, sp.eof)
             return drafter.propose(ctx, list(prompt.prefix), c, stops), False
         return [], False
+
+    def _lookup(self, prompt: Prompt, most: int) -> Callable[[list[int], int], list[int]]:
+        """Verified decoding's drafts copied from the context (engine.local.drafter): what
+        followed the longest n-gram ending the fill so far, elsewhere in the prefix, the
+        suffix or the fill, at most `most` tokens a draft."""
+        sp = self.tok.special
+        before = [*prompt.prefix, *prompt.middle]
+        ctx = [*prompt.suffix, sp.prefix, *before]  # a marker between them: no n-gram spans both
+        stops = (sp.suffix, sp.prefix, sp.middle, sp.pad, sp.eof)
+
+        def propose(accepted: list[int], room: int) -> list[int]:
+            return drafter.propose([*ctx, *accepted], [*before, *accepted], min(room, most), stops)
+
+        return propose
 
     def generate(self, job: Job) -> InfillResult:
         req, opts, plan, warnings = job.request, job.options, job.plan, job.warnings
@@ -433,7 +448,10 @@ class LocalGenerator:
             return run_autoregressive(self.den, state, c, cfg, rng, batch=b, steer=steer)
         if cfg.strategy == "verified" and not job.request.refine:
             fit = self._draft_length(job.options)
-            return run_verified(self.den, state, prompt, c, cfg, rng, batch=b, steer=steer, fit=fit, stats=stats)
+            propose = self._lookup(prompt, cfg.draft_tokens) if cfg.drafts == "lookup" else None
+            return run_verified(
+                self.den, state, prompt, c, cfg, rng, batch=b, steer=steer, fit=fit, stats=stats, propose=propose
+            )
         draft = None
         if proposal:
             mask = np.zeros((b, c), dtype=bool)

@@ -1,10 +1,15 @@
-"""Drafts verified by the same weights: the canvas drafts, the one-token mode checks.
+"""Drafts verified by the same weights: a drafter proposes, the one-token mode checks.
 
-Self-speculative decoding with the diffusion canvas as the drafter (strategy "verified";
-the denoiser must also be an `Autoregressive`). Per candidate row (`_Row`), in rounds:
+Speculative decoding (strategy "verified"; the denoiser must also be an `Autoregressive`)
+with drafts from one of two sources (`SamplerConfig.drafts`): the model's own diffusion
+canvas (self-speculative), or tokens copied out of the context (`propose`: the
+prompt-lookup drafter, engine.local.drafter, for a model whose canvas is untrained). Per
+candidate row (`_Row`), in rounds:
 
   1. stop if the steering says so (`Steering.stopped`);
-  2. draft (`_Row.draft`): the canvas fills the rest of the span in `draft_steps`
+  2. draft (`_Row.draft`): `propose(accepted, room)` where it is given (no pass; an empty
+     draft makes the round one token of the one-token mode), else the canvas fills the
+     rest of the span in `draft_steps`
      parallel passes (the canvas loop, `sampler.run`) against the prompt with the
      tokens accepted so far as its fill (`Prompt.extended`, laid out by the backend: in
      the suffix-prefix-middle order they go before the middle marker, so the drafter
@@ -17,8 +22,8 @@ the denoiser must also be an `Autoregressive`). Per candidate row (`_Row`), in r
      sampled rows accept a drafted token with the probability the mode gives it and
      otherwise sample from the rest of its distribution (speculative sampling with a
      point-mass draft), so their text is distributed as the one-token mode's;
-  4. the row ends at end-of-fill, after a token of `Steering.stop_after`, or at `length`
-     tokens.
+  4. the row ends at end-of-fill, after a token of `Steering.stop_after`, where
+     `Steering.echo` says the fill repeats the suffix, or at `length` tokens.
 
 Every round decodes at least one token, so a row takes at most `length` rounds. Where
 the mode replaced one drafted token, the rest of the draft is tried first in the next
@@ -92,11 +97,13 @@ def run_verified(
     steer: Steering = Steering(),  # noqa: B008 (frozen: one shared default is safe)
     fit: Callable[[EncodedContext, int], int] | None = None,
     stats: VerifyStats | None = None,
+    propose: Callable[[list[int], int], list[int]] | None = None,
 ) -> SampleResult:
     """Verified decoding of `batch` rows after `state` (the context the one-token mode
     continues, which also serves the first draft); `prompt` is what it encodes, and
     `prompt.extended(accepted)` what the canvas drafts the rest against; `fit(state,
-    room)` the draft's length within `room` (default: all of it); `steer` as in
+    room)` the canvas draft's length within `room` (default: all of it); `propose(accepted,
+    room)` the drafts instead of the canvas (at most `room` tokens); `steer` as in
     `run_autoregressive` (the drafts themselves are not steered). The result has the
     canvas's shape, as `run_autoregressive`'s; `steps` is the number of sequential
     passes."""
@@ -113,7 +120,7 @@ def run_verified(
         t_min=1.0,
         stability_threshold=0,
     )
-    shared = _Shared(denoiser, prompt, draft_cfg, rng, fit, steer, tokens)
+    shared = _Shared(denoiser, prompt, draft_cfg, rng, fit, steer, tokens, propose)
     reason: StopReason = "complete"
     row_steps = []
     for r, (temp, greedy) in enumerate(steer.one_token_rows(batch, cfg)):
@@ -140,6 +147,7 @@ class _Shared:
     fit: Callable[[EncodedContext, int], int] | None
     steer: Steering
     view: np.ndarray  # every row's tokens, which the observer sees
+    propose: Callable[[list[int], int], list[int]] | None = None  # the drafts, where not the canvas's
 
 
 @dataclass
@@ -192,6 +200,9 @@ class _Row:
         if self.leftover:
             draft, self.leftover = self.leftover[:room], []
             return _Round(draft, _body(draft, info.eof_id), fresh=False)
+        if self.run.propose is not None:
+            draft = self.run.propose(self.accepted, room)[:room]
+            return _Round(draft, _body(draft, info.eof_id), fresh=True)
         if self.accepted:
             self.canvas_state = den.encode(self.run.prompt.extended(self.accepted), self.canvas_state)
             self.stats.passes += 1
@@ -243,6 +254,12 @@ class _Row:
             return False
         rnd.new.append(tok)
         self.out[pos] = tok
+        echo = self.run.steer.echo
+        if echo is not None and (keep := echo(self.out[: pos + 1])) is not None:
+            self.out[keep] = info.eof_id  # the fill repeats the suffix from here: it ends
+            self.out[keep + 1 : pos + 1] = info.pad_id
+            rnd.done = True
+            return False
         if tok in self.run.steer.stop_after or pos == len(self.out) - 1:
             rnd.done = True
             return False

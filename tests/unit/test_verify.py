@@ -224,3 +224,46 @@ def test_sampled_rows_are_distributed_as_the_one_token_mode() -> None:
     assert abs(firsts[9] / runs - p9) < 0.085
     # the draft is not simply taken: 9 is drafted every time but drawn far less often
     assert firsts[9] < 0.6 * runs
+
+
+# -- drafts from another source: `propose` (the prompt-lookup drafter's place)
+
+
+def lookup_of(source: list[int]) -> Any:
+    """A `propose` that drafts what follows the accepted tokens in `source` (a known
+    continuation), as the prompt-lookup drafter does where the code repeats."""
+    calls: list[tuple[int, int]] = []
+
+    def propose(accepted: list[int], room: int) -> list[int]:
+        calls.append((len(accepted), room))
+        return source[len(accepted) : len(accepted) + min(room, 4)]
+
+    propose.calls = calls  # type: ignore[attr-defined]
+    return propose
+
+
+@pytest.mark.parametrize("source", [TARGET, [5, 6, 2, 2, 9, 10, 11, 5], [2] * 8, []])
+def test_proposed_drafts_give_the_one_token_modes_fill_without_the_canvas(source: list[int]) -> None:
+    den = TwoModes(TARGET, [2] * 8)  # the canvas drafts garbage: it must not be asked
+    propose = lookup_of(source)
+    ver, ar, stats, ar_passes = greedy(den, propose=propose)
+    assert ver == ar == [*TARGET, EOF, PAD, PAD, PAD]
+    assert den.denoise_calls == 0 and propose.calls  # type: ignore[attr-defined]
+    assert all(room >= 1 for _, room in propose.calls)  # type: ignore[attr-defined]
+    if source == TARGET:  # drafts of 4 right tokens, each verification adds the mode's own next one:
+        # 5 6 7 8 (+9), then 10 11 5 (+end-of-fill): the context and 2 verifications for 9 tokens
+        assert (stats.rounds, stats.accepted, stats.passes) == (2, 7, 3) and ar_passes == len(TARGET) + 1
+    if not source:  # no drafts: one token a round, as many passes as the one-token mode
+        assert stats.accepted == 0 and stats.passes == ar_passes
+
+
+def test_a_verified_fill_that_repeats_the_suffix_ends_there() -> None:
+    den = TwoModes(TARGET, TARGET)
+    echo_at = {4: 2}  # after 4 tokens, the fill is found to repeat the suffix from token 2 on
+
+    def echo(row: Any) -> int | None:
+        return echo_at.get(len(row))
+
+    cfg = SamplerConfig(strategy="verified")
+    res = run_verified(den, STATE, PROMPT, 12, cfg, NumpyRandomSource(0), steer=Steering(echo=echo))
+    assert res.tokens[0].tolist() == [5, 6, EOF] + [PAD] * 9
