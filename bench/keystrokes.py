@@ -11,7 +11,7 @@ For example the suffix capped at 64 tokens against the whole suffix:
 encodes the whole suffix again) against the line in the middle (the default):
 `--base '{"line_in_middle": false}'`.
 
-At N cursor positions (line starts after the first third of a held-out file, the rest of
+Each keystroke is filled under both settings in turn. At N cursor positions (line starts after the first third of a held-out file, the rest of
 the line being the text typed), the first K characters of the line are typed one at a
 time, and each keystroke asks for a fill, as the editor would (the engine's context
 cache holds the previous keystroke's state). Reports the p50/p95 time of a keystroke's
@@ -30,10 +30,11 @@ import sys
 import sysconfig
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.denoisers.loading import load_model
-from engine.fill import FillOptions, InfillRequest
+from engine.fill import Engine, FillOptions, InfillRequest
 from engine.local.generator import local_engine
 
 
@@ -51,7 +52,8 @@ def variant_copy(model: Path, into: Path, name: str, defaults: dict[str, object]
         (out / f.name).symlink_to(f.resolve())
     (out / "config.json").unlink()
     cfg = json.loads((model / "config.json").read_text())
-    cfg.setdefault("diffusion_lsp", {}).setdefault("defaults", {}).update(defaults)
+    own = cfg if "defaults" in cfg else cfg.setdefault("diffusion_lsp", {})  # the embedded format: at the top
+    own.setdefault("defaults", {}).update(defaults)
     (out / "config.json").write_text(json.dumps(cfg))
     return out
 
@@ -74,24 +76,48 @@ def keystrokes(text: str, positions: int, keys: int) -> list[list[tuple[str, str
     return out
 
 
-def run(model: Path, cases: list[list[tuple[str, str]]], context_tokens: int) -> tuple[list[float], list[str]]:
-    engine = local_engine(load_model(model), FillOptions(context_tokens=context_tokens, canvas_tokens=24))
-    times, texts = [], []
+@dataclass
+class Side:
+    """One of the two settings compared: its engine, and what its fills took."""
+
+    engine: Engine
+    times: list[float] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    passes: int = 0
+    tokens: int = 0
+    rounds: int = 0
+    accepted: int = 0
+
+    def fill(self, prefix: str, suffix: str) -> None:
+        t = time.perf_counter()
+        r = self.engine.fill(InfillRequest(prefix=prefix, suffix=suffix, language="python"))
+        self.times.append((time.perf_counter() - t) * 1000)
+        self.texts.append(r.text)
+        self.passes += r.passes
+        self.tokens += len(r.candidates[0].token_ids) + 1 if r.candidates else 0
+        self.rounds += r.rounds
+        self.accepted += r.accepted
+
+    def report(self, defaults: dict[str, object]) -> dict[str, object]:
+        ordered = sorted(self.times)
+        return {
+            "defaults": defaults,
+            "p50_ms": round(statistics.median(self.times), 1),
+            "p95_ms": round(ordered[int(0.95 * (len(ordered) - 1))], 1),
+            "tokens_per_pass": round(self.tokens / max(self.passes, 1), 3),
+            "acceptance_length": round(self.accepted / self.rounds, 3) if self.rounds else None,
+        }
+
+
+def run(sides: list[Side], cases: list[list[tuple[str, str]]]) -> None:
+    """Each keystroke filled by both sides in turn (so that a busy machine slows both alike)."""
     for case in cases:
-        engine.generator.reset()  # type: ignore[attr-defined]
-        prefix, suffix = case[0][0][:-1], case[0][1]
-        engine.fill(InfillRequest(prefix=prefix, suffix=suffix, language="python"))  # the cold fill before typing
+        for side in sides:
+            side.engine.generator.reset()  # type: ignore[attr-defined]
+            side.engine.fill(InfillRequest(prefix=case[0][0][:-1], suffix=case[0][1], language="python"))  # cold
         for prefix, suffix in case:
-            t = time.perf_counter()
-            r = engine.fill(InfillRequest(prefix=prefix, suffix=suffix, language="python"))
-            times.append((time.perf_counter() - t) * 1000)
-            texts.append(r.text)
-    return times, texts
-
-
-def summary(times: list[float]) -> dict[str, float]:
-    ordered = sorted(times)
-    return {"p50_ms": round(statistics.median(times), 1), "p95_ms": round(ordered[int(0.95 * (len(times) - 1))], 1)}
+            for side in sides:
+                side.fill(prefix, suffix)
 
 
 def main() -> int:
@@ -102,20 +128,27 @@ def main() -> int:
     p.add_argument("--positions", type=int, default=8)
     p.add_argument("--keys", type=int, default=6)
     p.add_argument("--context-tokens", type=int, default=1024)
+    p.add_argument("--canvas-tokens", type=int, default=24, help="the longest fill")
     args = p.parse_args()
     cases = keystrokes(source(), args.positions, args.keys)
+    opts = FillOptions(context_tokens=args.context_tokens, canvas_tokens=args.canvas_tokens)
     with tempfile.TemporaryDirectory() as tmp:
-        base_t, base = run(variant_copy(args.model, Path(tmp), "base", args.base), cases, args.context_tokens)
-        var_t, var = run(variant_copy(args.model, Path(tmp), "variant", args.variant), cases, args.context_tokens)
+        base_side, var_side = (
+            Side(local_engine(load_model(variant_copy(args.model, Path(tmp), name, d)), opts))
+            for name, d in (("base", args.base), ("variant", args.variant))
+        )
+        run([base_side, var_side], cases)
+    base, var = base_side.texts, var_side.texts
     first = [a.split("\n")[0] == b.split("\n")[0] for a, b in zip(var, base, strict=True)]
     report = {
         "model": str(args.model),
         "keystrokes": len(var),
         "positions": len(cases),
         "context_tokens": args.context_tokens,
-        "base": {"defaults": args.base, **summary(base_t)},
-        "variant": {"defaults": args.variant, **summary(var_t)},
-        "p50_ratio_variant_to_base": round(statistics.median(var_t) / statistics.median(base_t), 2),
+        "canvas_tokens": args.canvas_tokens,
+        "base": base_side.report(args.base),
+        "variant": var_side.report(args.variant),
+        "p50_ratio_variant_to_base": round(statistics.median(var_side.times) / statistics.median(base_side.times), 2),
         "same_fill": round(sum(a == b for a, b in zip(var, base, strict=True)) / len(var), 3),
         "same_first_line": round(sum(first) / len(first), 3),
         "when": time.strftime("%Y-%m-%d"),
