@@ -53,7 +53,15 @@ from engine.denoisers.base import EncodedContext, Prompt, as_prompt
 from engine.denoisers.hf_cache import cache_nbytes, can_crop, expand_cache, fork_cache
 from engine.denoisers.hf_load import load_pretrained
 from engine.denoisers.kv import common_prefix_len
-from engine.denoisers.layouts import ONE_TOKEN_OFF, DreamLayout, Parts, Specials, dream_mode, dream_tokens
+from engine.denoisers.layouts import (
+    ONE_TOKEN_OFF,
+    DreamLayout,
+    Parts,
+    Specials,
+    decoding_type,
+    dream_mode,
+    dream_tokens,
+)
 from engine.denoisers.loading import LoadedModel
 from engine.denoisers.torch import OnModelDevice
 from engine.errors import ModelLoadError
@@ -61,12 +69,10 @@ from engine.models.directory import (
     CONFIG_FILE,
     TOKENIZER_FILE,
     decoding_defaults,
-    diffusion_signal,
     generation_mask_id,
     require,
 )
-from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES, DREAM_MODEL_TYPES
-from engine.models.tokenizer import Tokenizer
+from engine.models.table import DREAM_MODEL_TYPES
 
 log = logging.getLogger(__name__)
 
@@ -354,22 +360,8 @@ def load_dir(path: Path, cfg: dict[str, Any], *, device: str = "cpu", quantizati
     cache = own.get("cache", "exact")
     if cache not in CACHE_MODES:
         raise ModelLoadError(f"{path / CONFIG_FILE}: diffusion_lsp.cache must be one of {', '.join(CACHE_MODES)}")
-    autoregressive, defaults = dream_mode(_canvas_type(path, cfg, tok), own)
+    autoregressive, defaults = dream_mode(decoding_type(path, cfg["model_type"], cfg, tok), own)
     defaults = {**decoding_defaults(path).defaults, **defaults}  # config.json's own defaults win
     model = load_causal_model(path, cfg, device, quantization=quantization)
     den = DreamDenoiser(model, specials, autoregressive=autoregressive, cache=cache, suppress_ids=suppress)
     return LoadedModel(path=path, tokenizer=tok, denoiser=den, backend="dream", defaults=defaults)
-
-
-def _canvas_type(path: Path, cfg: dict[str, Any], tok: Tokenizer) -> str:
-    """The model type whose decoding the checkpoint gets: a diffusion-trained Qwen2 or
-    Llama checkpoint is decoded as a Dream one (on the canvas; its one-token mode off
-    unless config.json says), and says why in the log."""
-    model_type = str(cfg["model_type"])
-    if model_type not in AUTOREGRESSIVE_MODEL_TYPES:
-        return model_type
-    why = diffusion_signal(path, cfg, tok.hf.token_to_id)
-    if why is None:
-        return model_type
-    log.info("%s: a %s checkpoint trained for diffusion (%s): decoded on the canvas", path, model_type, why)
-    return DREAM_MODEL_TYPES[0]

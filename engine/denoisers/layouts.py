@@ -10,6 +10,7 @@ in the order its model was trained on. Torch-free: the onnx backends use them to
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,9 +18,18 @@ from typing import Any
 
 from engine.denoisers.base import DenoiserInfo, Prompt
 from engine.errors import ModelLoadError
-from engine.models.directory import CONFIG_FILE, DG_SPECIAL_TOKENS, TOKENIZER_FILE, first_id, first_known
-from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES
+from engine.models.directory import (
+    CONFIG_FILE,
+    DG_SPECIAL_TOKENS,
+    TOKENIZER_FILE,
+    diffusion_signal,
+    first_id,
+    first_known,
+)
+from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES, DREAM_MODEL_TYPES
 from engine.models.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -176,3 +186,19 @@ def dream_mode(model_type: object, own: dict[str, Any]) -> tuple[bool, dict[str,
     defaults: dict[str, Any] = {"strategy": "autoregressive"} if plain else {}
     defaults.update(own.get("defaults", {}))
     return bool(own.get("autoregressive", plain)), defaults
+
+
+def decoding_type(path: Path, model_type: object, cfg: dict[str, Any], tok: Tokenizer) -> object:
+    """The model type whose decoding a checkpoint gets (for `dream_mode`): a Qwen2 or
+    Llama checkpoint trained for diffusion (`diffusion_signal`) is decoded as a Dream one,
+    on the canvas, and the log says why; any other as its own type. The dream backend
+    asks for a checkpoint, the onnx backend for an export (its source's model type).
+    config.json's diffusion_lsp `autoregressive`, where it is set, decides instead."""
+    own = cfg.get("diffusion_lsp")
+    if model_type not in AUTOREGRESSIVE_MODEL_TYPES or (isinstance(own, dict) and "autoregressive" in own):
+        return model_type
+    why = diffusion_signal(path, cfg, tok.hf.token_to_id)
+    if why is None:
+        return model_type
+    log.info("%s: a %s checkpoint trained for diffusion (%s): decoded on the canvas", path, model_type, why)
+    return DREAM_MODEL_TYPES[0]

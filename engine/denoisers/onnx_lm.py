@@ -22,11 +22,19 @@ import numpy as np
 
 from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, RandomSource, as_prompt, host_array
 from engine.denoisers.kv import ENCODE_CHUNK, common_prefix_len
-from engine.denoisers.layouts import ONE_TOKEN_OFF, DreamLayout, Parts, Specials, dream_mode, dream_tokens
+from engine.denoisers.layouts import (
+    ONE_TOKEN_OFF,
+    DreamLayout,
+    Parts,
+    Specials,
+    decoding_type,
+    dream_mode,
+    dream_tokens,
+)
 from engine.denoisers.loading import LoadedModel
 from engine.denoisers.onnx import NumpyRandomSource, kv_names, providers, session
 from engine.errors import ModelLoadError
-from engine.models.directory import LM_GRAPH_FILE, TOKENIZER_FILE, require
+from engine.models.directory import LM_GRAPH_FILE, TOKENIZER_FILE, decoding_defaults, require
 
 MASKED = np.float32(-1.0e9)  # an attention bias no score survives (finite: no NaN on a row of them)
 
@@ -197,7 +205,8 @@ def load_dir(path: Path, cfg: dict[str, Any], *, device: str = "cpu", quantizati
     graph = own.get("graph", LM_GRAPH_FILE)
     require(path, TOKENIZER_FILE, graph)
     tok, specials, suppress = dream_tokens(path, cfg, own)
-    autoregressive, defaults = dream_mode(own.get("source_model_type"), own)
+    autoregressive, defaults = dream_mode(decoding_type(path, own.get("source_model_type"), cfg, tok), own)
+    defaults = {**decoding_defaults(path).defaults, **defaults}  # as the dream backend: config.json's own win
     try:
         layers, kv_heads = int(cfg["num_hidden_layers"]), int(cfg["num_key_value_heads"])
         head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]))

@@ -37,7 +37,7 @@ from torch import nn
 
 from engine.denoisers.onnx import kv_names
 from engine.errors import ModelLoadError
-from engine.models.directory import CONFIG_FILE, LM_GRAPH_FILE, TOKENIZER_FILE, read_config, require
+from engine.models.directory import CONFIG_FILE, GENERATION_FILE, LM_GRAPH_FILE, TOKENIZER_FILE, read_config, require
 from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES, DREAM_MODEL_TYPES, ONNX_LM_MODEL_TYPE
 
 OPSET = 17
@@ -145,6 +145,8 @@ def export_lm(source: Path, out: Path, quantize: str = "int8") -> Path:
         _trace(graph, len(hf.model.layers), plain)
         _write_graph(plain, out / LM_GRAPH_FILE, quantize)
     shutil.copy(source / TOKENIZER_FILE, out / TOKENIZER_FILE)
+    if (source / GENERATION_FILE).is_file():  # its decoding defaults and diffusion signs go along
+        shutil.copy(source / GENERATION_FILE, out / GENERATION_FILE)
     own = dict(cfg.get("diffusion_lsp", {}))
     own.update(source_model_type=model_type, quantization=quantize, graph=LM_GRAPH_FILE)
     exported = {**cfg, "model_type": ONNX_LM_MODEL_TYPE, "diffusion_lsp": own}

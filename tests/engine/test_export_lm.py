@@ -127,7 +127,8 @@ def test_the_export_carries_what_the_base_install_needs(exported: dict[tuple[str
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["model_type"] == "onnx_lm" and cfg["diffusion_lsp"]["source_model_type"] == "Dream"
     assert cfg["diffusion_lsp"]["quantization"] == "int4"
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.onnx", "model.onnx.data", "tokenizer.json"]
+    files = ["config.json", "generation_config.json", "model.onnx", "model.onnx.data", "tokenizer.json"]
+    assert sorted(p.name for p in out.iterdir()) == files  # the source's generation_config.json goes along
     import onnx
 
     ops = {n.op_type for n in onnx.load(str(out / "model.onnx"), load_external_data=False).graph.node}
@@ -192,3 +193,19 @@ def test_export_refuses_what_it_cannot_export(tmp_path: Path) -> None:
         check=False,
     )
     assert made.returncode != 0 and "give --out" in made.stderr and "Traceback" not in made.stderr
+
+
+def test_an_export_is_decoded_as_its_checkpoint_is(tmp_path: Path) -> None:
+    """A Qwen2 checkpoint trained for diffusion (here: its tokenizer has a mask token and
+    its generation_config.json a diffusion model's fields) goes on the canvas path in the
+    dream backend, and its export does the same: the decision and the decoding defaults
+    travel with it."""
+    source = dream_checkpoint.write(tmp_path / "diffusion-qwen2", "qwen2")  # no override: detected
+    (source / "generation_config.json").write_text(json.dumps({"steps": 12, "alg": "entropy"}))
+    export = export_lm(source, tmp_path / "export", "none")
+    assert (export / "generation_config.json").is_file()
+    for model in (load_model(source), load_model(export)):
+        assert model.denoiser.info.autoregressive is False
+        assert model.defaults.get("strategy") != "autoregressive" and model.defaults.get("max_steps") == 12
+    plain = dream_checkpoint.write(tmp_path / "plain-qwen2", "qwen2", mask=False)
+    assert load_model(export_lm(plain, tmp_path / "plain-export", "none")).denoiser.info.autoregressive is True
