@@ -9,11 +9,14 @@ from typing import Literal
 
 import numpy as np
 
-Strategy = Literal["entropy_bound", "confidence", "fixed_k", "left_to_right", "autoregressive", "verified"]
+Strategy = Literal[
+    "entropy_bound", "confidence", "fixed_k", "low_confidence", "left_to_right", "autoregressive", "verified"
+]
 STRATEGIES: tuple[Strategy, ...] = (
     "entropy_bound",
     "confidence",
     "fixed_k",
+    "low_confidence",
     "left_to_right",
     "autoregressive",
     "verified",

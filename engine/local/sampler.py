@@ -134,12 +134,14 @@ def select_positions(
     ent: Any,
     conf: Any,
     open_: Any,
+    remaining: int = 1,
 ) -> Any:
     """Which open positions to accept this step: (B, C) bool.
 
     `ent` and `conf` are the per-position entropy and top probability (B, C); `open_`
-    marks positions the strategy may choose. Every strategy accepts at least one open
-    position per row, so the absorbing loop always progresses.
+    marks positions the strategy may choose; `remaining` counts the steps left, this one
+    included (`low_confidence` spreads the open positions over them). Every strategy
+    accepts at least one open position per row, so the absorbing loop always progresses.
     """
     xp = array_api_compat.array_namespace(ent)
     n_open = xp.sum(xp.astype(open_, xp.int64), axis=-1, keepdims=True)  # (B, 1)
@@ -156,6 +158,13 @@ def select_positions(
         sorted_h = xp.take_along_axis(masked, order, axis=-1)
         before = xp.cumulative_sum(sorted_h, axis=-1) - sorted_h  # sum of smaller ones
         k = xp.sum(xp.astype(before <= cfg.entropy_bound, xp.int64), axis=-1, keepdims=True)
+    elif strategy == "low_confidence":
+        # LLaDA's generate(remasking='low_confidence'): the most probable first, as many
+        # as spread the open positions evenly over the steps left (ceil(open / left) is
+        # its get_num_transfer_tokens count at every step: base + 1 for the first
+        # `remainder` steps, then base)
+        k = (n_open + (remaining - 1)) // max(remaining, 1)
+        masked = xp.where(open_, -conf, _NOT_OPEN)
     elif strategy == "confidence":
         k = xp.sum(xp.astype(xp.logical_and(open_, conf >= cfg.confidence_threshold), xp.int64), axis=-1, keepdims=True)
         masked = xp.where(open_, -conf, _NOT_OPEN)
@@ -469,7 +478,7 @@ def run(
         # position's entropy and log-probabilities
         sc = regime.score(logits, cfg.temperature(cfg.max_steps - step), st.canvas, st.locked, st.finished)
         # 5. which positions to accept
-        accept, pred = _accepted(regime, sc, st, draft if step == 0 else None)
+        accept, pred = _accepted(regime, sc, st, draft if step == 0 else None, cfg.max_steps - step)
         # 6. update the canvas
         st.update(regime, accept, pred, sc)
         # 7. stopping
@@ -481,13 +490,15 @@ def run(
     return st.result(regime, steps, reason)
 
 
-def _accepted(regime: _Regime, sc: _Scores, st: _CanvasState, draft: Any | None) -> tuple[Any, Any]:
+def _accepted(regime: _Regime, sc: _Scores, st: _CanvasState, draft: Any | None, remaining: int = 1) -> tuple[Any, Any]:
     """Step 5 of `run`: (the positions to accept, the tokens they take): the strategy's
-    pick, then the regime's own rule; on the first step (`draft` given) also the drafts
-    the model agrees with, confidently (they are verified in this one pass)."""
+    pick (`remaining`: the steps left, this one included), then the regime's own rule; on
+    the first step (`draft` given) also the drafts the model agrees with, confidently
+    (they are verified in this one pass)."""
     xp, cfg = regime.xp, regime.cfg
     open_ = regime.open(st.locked)
-    accept = select_positions(cfg.strategy, cfg, sc.ent, xp.exp(sc.top_lp), regime.choosable(open_, sc))
+    choosable = regime.choosable(open_, sc)
+    accept = select_positions(cfg.strategy, cfg, sc.ent, xp.exp(sc.top_lp), choosable, remaining)
     accept, pred = regime.decide(accept, sc, open_)
     if draft is not None:
         agree = xp.logical_and(pred == st.canvas, xp.exp(sc.pred_lp) >= cfg.draft_confidence)

@@ -19,6 +19,7 @@ EMBEDDED_MODEL_TYPE = "diffusion_coder"  # the architecture this project trains 
 DG_MODEL_TYPE = "diffusion_gemma"
 DREAM_MODEL_TYPES = ("Dream", "dream")  # the Dream family: a diffusion-trained Qwen2
 AUTOREGRESSIVE_MODEL_TYPES = ("qwen2", "llama")  # plain checkpoints, run by the dream backend too
+LLADA_MODEL_TYPE = "llada"  # LLaDA (GSAI-ML): a Llama-style mask predictor, logits unshifted
 ONNX_LM_MODEL_TYPE = "onnx_lm"  # one of those exported for onnxruntime (diffusion-infill export-onnx)
 
 WEIGHT_QUANTIZATIONS = ("none", "int8", "4bit")  # engine/denoisers/quant.py: every transformers backend
@@ -61,6 +62,14 @@ TABLE: tuple[Backend, ...] = (
         "engine.denoisers.dream:load_dir",
         (*DREAM_MODEL_TYPES, *AUTOREGRESSIVE_MODEL_TYPES),
         "Dream, Qwen2 or Llama",
+        quantizations=WEIGHT_QUANTIZATIONS,
+        needs="torch and transformers: pip install 'diffusion-lsp[torch]'",
+    ),
+    Backend(
+        "llada",
+        "engine.denoisers.llada:load_dir",
+        (LLADA_MODEL_TYPE,),
+        "LLaDA",
         quantizations=WEIGHT_QUANTIZATIONS,
         needs="torch and transformers: pip install 'diffusion-lsp[torch]'",
     ),

@@ -21,7 +21,8 @@ def test_auto_takes_the_first_row_that_loads_the_model_type() -> None:
     assert table.choose("diffusion_coder", "torch").name == "torch"
     assert table.choose("diffusion_gemma", quantization="4bit").name == "diffusion_gemma"
     assert {table.choose(t).name for t in ("Dream", "qwen2", "llama")} == {"dream"}
-    assert table.BACKENDS == ("auto", "onnx", "torch", "diffusion_gemma", "dream")
+    assert table.choose("llada", quantization="int8").name == "llada"
+    assert table.BACKENDS == ("auto", "onnx", "torch", "diffusion_gemma", "dream", "llada")
     assert set(table.QUANTIZATIONS) == {"none", "int8", "4bit"}
 
 
