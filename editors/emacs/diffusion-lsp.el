@@ -95,11 +95,11 @@ A directory; nil: the shipped model."
 
 (defcustom diffusion-lsp-backend nil
   "Inference backend.
-One of \"auto\", \"onnx\", \"torch\", \"diffusion_gemma\", \"dream\"; nil: the
-server's default (\"auto\")."
+One of \"auto\", \"onnx\", \"torch\", \"diffusion_gemma\", \"dream\", \"llada\";
+nil: the server's default (\"auto\")."
   :type '(choice (const :tag "Server default" nil)
                  (const "auto") (const "onnx") (const "torch")
-                 (const "diffusion_gemma") (const "dream")))
+                 (const "diffusion_gemma") (const "dream") (const "llada")))
 
 (defcustom diffusion-lsp-device nil
   "Device: `cpu', `cuda' or `cuda:N'.
@@ -122,12 +122,14 @@ for it: config.json `\"autoregressive\": true'), `verified' drafts on
 the canvas and keeps what the one-token mode of the same weights
 agrees with (its greedy fill, in fewer passes when the drafts are
 good).
-One of \"entropy_bound\", \"confidence\", \"fixed_k\", \"left_to_right\",
-\"autoregressive\", \"verified\"; nil: the model's default."
+One of \"entropy_bound\", \"confidence\", \"fixed_k\", \"low_confidence\",
+\"left_to_right\", \"autoregressive\", \"verified\"; nil: the model's
+default."
   :type '(choice (const :tag "The model's default" nil)
                  (const "entropy_bound") (const "confidence")
-                 (const "fixed_k") (const "left_to_right")
-                 (const "autoregressive") (const "verified")))
+                 (const "fixed_k") (const "low_confidence")
+                 (const "left_to_right") (const "autoregressive")
+                 (const "verified")))
 
 (defcustom diffusion-lsp-max-steps nil
   "Most denoising steps per fill.

@@ -283,6 +283,20 @@ def test_the_cli_fills_with_a_llada_checkpoint(
     argv += ["--suffix-file", str(tmp_path / "s.py"), "--canvas-tokens", "6", "--json"]
     assert main(argv) == 0
     assert json.loads(capsys.readouterr().out)["steps"] >= 1
+    assert main([*argv, "--quantization", "int8"]) == 0
+    assert json.loads(capsys.readouterr().out)["steps"] >= 1
+
+
+def test_the_server_settings_load_a_quantized_llada_checkpoint(llada_dir: Path) -> None:
+    from lsp_server.service import FillService
+    from lsp_server.settings import parse_settings
+
+    settings, problems = parse_settings({"model": str(llada_dir), "quantization": "4bit", "backend": "llada"})
+    assert problems == []
+    fills = FillService()
+    assert fills.load(settings) is None and fills.engine is not None
+    model = fills.engine.generator.model.denoiser.model  # type: ignore[attr-defined]
+    assert any(isinstance(m, quant.QuantLinear) for m in model.modules())
 
 
 # ----------------------------------------------------------------------------- quantization, device
