@@ -56,11 +56,13 @@ from engine.denoisers.kv import common_prefix_len
 from engine.denoisers.layouts import (
     ONE_TOKEN_OFF,
     DreamLayout,
+    LengthEdits,
     Parts,
     Specials,
     decoding_type,
     dream_mode,
     dream_tokens,
+    length_edits,
 )
 from engine.denoisers.loading import LoadedModel
 from engine.denoisers.torch import OnModelDevice
@@ -73,6 +75,7 @@ from engine.models.directory import (
     require,
 )
 from engine.models.table import DREAM_MODEL_TYPES
+from engine.models.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +132,7 @@ class DreamDenoiser(OnModelDevice):
         autoregressive: bool,
         cache: str = "exact",
         suppress_ids: Sequence[int] = (),
+        edits: LengthEdits | None = None,
     ) -> None:
         if cache not in CACHE_MODES:
             raise ValueError(f"cache must be one of {', '.join(CACHE_MODES)}; got {cache!r}")
@@ -136,6 +140,7 @@ class DreamDenoiser(OnModelDevice):
         self.sp = specials
         self.layout = DreamLayout(specials)
         self.cache_mode = cache
+        self.length_edits = edits  # DreamOn's <|expand|>/<|delete|>: the sampler changes the canvas's length
         cfg = model.config
         self.info = specials.info(int(cfg.vocab_size), int(cfg.max_position_embeddings), suppress_ids, autoregressive)
         self._dual: tuple[tuple[tuple[int, ...], int], Cache] | None = None  # (state ids, canvas length) -> K/V
@@ -168,6 +173,8 @@ class DreamDenoiser(OnModelDevice):
         if total > self.info.max_positions:
             raise ValueError(f"context and canvas ({total} tokens) exceed max_positions={self.info.max_positions}")
         with torch.inference_mode():
+            if self.length_edits is not None and (lengths := self._row_lengths(canvas)).min() < canvas.shape[1]:
+                return self._ragged_step(parts, canvas, lengths)
             if self.cache_mode == "dual":
                 return self._dual_step(state.token_ids, parts, canvas)
             return self._exact_step(parts, canvas)
@@ -261,6 +268,30 @@ class DreamDenoiser(OnModelDevice):
         before = torch.tensor(parts.before, dtype=torch.long, device=self.device).expand(b, -1)
         after = torch.tensor(parts.after, dtype=torch.long, device=self.device).expand(b, -1)
         return torch.cat([before, canvas, after], dim=1)
+
+    def _row_lengths(self, canvas: torch.Tensor) -> torch.Tensor:
+        """(B,) each DreamOn row's length: the canvas before its trailing padding (the
+        sampler pads a row shorter than the batch's longest, engine/local/resize.py)."""
+        trailing = torch.cumprod((canvas == self.sp.pad).flip(1).long(), dim=1).sum(dim=1)
+        return canvas.shape[1] - trailing
+
+    def _ragged_step(self, parts: Parts, canvas: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Rows of different lengths (DreamOn): row r is `before canvas[r, :n] after`,
+        in place as any canvas, and its padding goes after the suffix, unseen by every
+        position (a key mask), as DreamOn's own generation pads its sequence. The logits
+        at a row's padding are read but never used (those positions are locked)."""
+        b, c = canvas.shape
+        p, t = len(parts.before), len(parts.before) + c + len(parts.after)
+        ids = torch.full((b, t), self.sp.pad, dtype=torch.long, device=self.device)
+        seen = torch.zeros((b, t), dtype=torch.bool, device=self.device)
+        before = torch.tensor(parts.before, dtype=torch.long, device=self.device)
+        after = torch.tensor(parts.after, dtype=torch.long, device=self.device)
+        for r, n in enumerate(int(v) for v in lengths):
+            ids[r, : p + n + len(after)] = torch.cat([before, canvas[r, :n], after])
+            seen[r, : p + n + len(after)] = True
+        mask = self._full_mask(b, t, t).masked_fill(~seen[:, None, None, :], torch.finfo(self.model.dtype).min)
+        hidden = self.model.model(input_ids=ids, attention_mask=mask).last_hidden_state
+        return self._canvas_logits(hidden, p - 1, c)
 
     def _exact_step(self, parts: Parts, canvas: torch.Tensor) -> torch.Tensor:
         b, c = canvas.shape
@@ -363,5 +394,20 @@ def load_dir(path: Path, cfg: dict[str, Any], *, device: str = "cpu", quantizati
     autoregressive, defaults = dream_mode(decoding_type(path, cfg["model_type"], cfg, tok), own)
     defaults = {**decoding_defaults(path).defaults, **defaults}  # config.json's own defaults win
     model = load_causal_model(path, cfg, device, quantization=quantization)
-    den = DreamDenoiser(model, specials, autoregressive=autoregressive, cache=cache, suppress_ids=suppress)
+    edits = _edits(path, tok, cfg, own, autoregressive)
+    if edits is not None:
+        suppress = [i for i in suppress if i not in (edits.expand, edits.delete)]
+    den = DreamDenoiser(model, specials, autoregressive=autoregressive, cache=cache, suppress_ids=suppress, edits=edits)
     return LoadedModel(path=path, tokenizer=tok, denoiser=den, backend="dream", defaults=defaults)
+
+
+def _edits(
+    path: Path, tok: Tokenizer, cfg: dict[str, Any], own: dict[str, Any], autoregressive: bool
+) -> LengthEdits | None:
+    """DreamOn's length tokens where the checkpoint has both (`length_edits`), on the
+    canvas only: with the one-token mode on (config.json says so), they stay unwritten."""
+    edits = length_edits(tok.hf, cfg, own)
+    if edits is None or autoregressive:
+        return None
+    log.info("%s: DreamOn's <|expand|> and <|delete|>: the canvas changes length (starts at %d)", path, edits.start)
+    return edits

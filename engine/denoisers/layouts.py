@@ -202,3 +202,36 @@ def decoding_type(path: Path, model_type: object, cfg: dict[str, Any], tok: Toke
         return model_type
     log.info("%s: a %s checkpoint trained for diffusion (%s): decoded on the canvas", path, model_type, why)
     return DREAM_MODEL_TYPES[0]
+
+
+EXPAND_TOKEN, DELETE_TOKEN = "<|expand|>", "<|delete|>"  # DreamOn's length tokens
+DREAMON_START = 4  # masks DreamOn's published generation starts a fill with (its quickstart and eval)
+
+
+@dataclass(frozen=True)
+class LengthEdits:
+    """A model that changes its canvas's length as it denoises (DreamOn): a position
+    decided as `expand` becomes two masks, one decided as `delete` is removed; a fill's
+    canvas starts with `start` masks (engine/local/resize.py applies them)."""
+
+    expand: int
+    delete: int
+    start: int = DREAMON_START
+
+
+def length_edits(hf: Any, cfg: dict[str, Any], own: dict[str, Any]) -> LengthEdits | None:
+    """DreamOn's length tokens, where a checkpoint has both: config.json's
+    `expand_token_id`/`delete_token_id`, else the tokenizer's `<|expand|>`/`<|delete|>`;
+    config.json's diffusion_lsp `length_edits` turns them off (false) or sets the
+    canvas's start (`{"start_tokens": N}`). Other checkpoints: None (a fixed canvas)."""
+    setting = own.get("length_edits", True)
+    if setting is False:
+        return None
+    expand = first_id(cfg.get("expand_token_id"))
+    expand = hf.token_to_id(EXPAND_TOKEN) if expand is None else expand
+    delete = first_id(cfg.get("delete_token_id"))
+    delete = hf.token_to_id(DELETE_TOKEN) if delete is None else delete
+    if expand is None or delete is None:
+        return None
+    start = setting.get("start_tokens", DREAMON_START) if isinstance(setting, dict) else DREAMON_START
+    return LengthEdits(expand=expand, delete=delete, start=max(1, int(start)))

@@ -35,7 +35,7 @@ from engine.decoding import CANDIDATE_TEMPERATURE, ONE_TOKEN_STRATEGIES, Sampler
 from engine.denoisers.base import LengthPredictor, Prompt
 from engine.denoisers.loading import LoadedModel
 from engine.fill import Engine, FillControl, FillLimits, FillOptions, InfillRequest, InfillResult, Job, distinct
-from engine.local import drafter
+from engine.local import drafter, resize
 from engine.local.cache import DEFAULT_MAX_BYTES, ContextCache
 from engine.local.echo import Echo
 from engine.local.length import DEFAULT_QUANTILE, DEFAULT_SLACK, fitted_length
@@ -333,14 +333,10 @@ class LocalGenerator:
     def _sized_rows(self, canvas: Any, lengths: list[int]) -> tuple[Any, Any]:
         """Greedy row i is a canvas of lengths[i] tokens within the batch's width: its
         positions from lengths[i] on are padding, given (fixed), so its fill ends there
-        at the latest; the sampled rows after them keep the first length."""
-        sp = self.tok.special
-        host = to_numpy(canvas).copy()
-        b, width = host.shape
-        ends = [*lengths, *[lengths[0]] * (b - len(lengths))]
-        fixed = np.arange(width)[None, :] >= np.asarray(ends)[:, None]
-        host[fixed] = sp.pad
-        return self.den.as_array(host), self.den.as_array(fixed)
+        at the latest; the sampled rows after them keep the first length. The length
+        change before step 0 of the sampler's one mechanism (engine.local.resize)."""
+        b = int(canvas.shape[0])
+        return resize.sized(self.den, canvas, [*lengths, *[lengths[0]] * (b - len(lengths))])
 
     def _draft_length(self, opts: FillOptions) -> Callable[[Any, int], int] | None:
         """How verified decoding sizes each draft: the length head within the room left."""

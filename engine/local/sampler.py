@@ -49,7 +49,10 @@ The canvas loop, step by step (`run`):
   5. the strategy picks which positions to accept (entropy bound, confidence
      threshold, fixed k, or one token left to right);
   6. update the canvas by the regime's rule (lock / accept-and-renoise);
-  7. stop a row when it is fully locked (absorbing) or stable and confident.
+  7. for a model that changes its canvas's length (DreamOn's <|expand|> and <|delete|>),
+     apply the length change the step decided (engine/local/resize.py, the one mechanism
+     for canvases that change length: the length head's sizing before step 0 is one too);
+  8. stop a row when it is fully locked (absorbing) or stable and confident.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ import numpy as np
 
 from engine.decoding import ONE_TOKEN_STRATEGIES, SamplerConfig, StopReason, Strategy
 from engine.denoisers.base import Denoiser, DenoiserInfo, EncodedContext, RandomSource
+from engine.local.resize import Change, Edits, edits_of, remap, row_lengths
 
 # An entropy larger than any real one (log V < 13 for V = 262,144): marks positions
 # that a strategy must not pick, without the NaNs an infinity would bring into cumsum.
@@ -456,13 +460,7 @@ def run(
         loop = "run_autoregressive" if cfg.strategy == "autoregressive" else "engine.local.verify.run_verified"
         raise ValueError(f"the {cfg.strategy} strategy decodes through {loop}, not a canvas")
     xp = array_api_compat.array_namespace(canvas)
-    no = xp.zeros(canvas.shape, dtype=xp.bool, device=array_api_compat.device(canvas))
-    fixed = no if fixed is None else fixed
-    draft = no if draft is None else xp.logical_and(draft, xp.logical_not(fixed))
-    regime_type = _Absorbing if denoiser.info.regime == "absorbing" else _Uniform
-    regime = regime_type(denoiser.info, cfg, rng, canvas, fixed, steer)
-    st = _CanvasState.start(canvas, fixed)
-    stopper = StableAndConfident(cfg.stability_threshold, cfg.stop_entropy)
+    regime, st, stopper, draft, edits = _setup(denoiser, canvas, cfg, rng, fixed, draft, steer)
     reason: StopReason = "max_steps"
     steps = 0
     for step in range(cfg.max_steps):
@@ -472,6 +470,7 @@ def run(
             break
         # 2. forward pass of the canvas only
         logits = denoiser.denoise(state, st.canvas, regime.self_cond)
+        logits = logits if edits is None else edits.bar(logits)
         steps += 1
         st.row_steps = st.row_steps + xp.astype(xp.logical_not(st.finished), xp.int64)
         # 3-4. temperature, the denoiser canvas (sampled, or argmax when greedy), and each
@@ -481,13 +480,46 @@ def run(
         accept, pred = _accepted(regime, sc, st, draft if step == 0 else None, cfg.max_steps - step)
         # 6. update the canvas
         st.update(regime, accept, pred, sc)
-        # 7. stopping
-        st.finished = xp.logical_or(st.finished, regime.stop(stopper(st.argmax_canvas, sc.ent), st.locked))
+        # 7. a length change the step's decisions make (DreamOn's), then stopping
+        ent = sc.ent if edits is None else st.edited(edits, regime, stopper, sc.ent)
+        st.finished = xp.logical_or(st.finished, regime.stop(stopper(st.argmax_canvas, ent), st.locked))
         steer.show(step, st.argmax_canvas, st.canvas)
         if bool(xp.all(st.finished)):
             reason = "complete" if regime.complete(st.locked) else "stable"
             break
-    return st.result(regime, steps, reason)
+    return st.result(regime, steps, reason, edits)
+
+
+def _setup(
+    denoiser: Denoiser,
+    canvas: Any,
+    cfg: SamplerConfig,
+    rng: RandomSource,
+    fixed: Any | None,
+    draft: Any | None,
+    steer: Steering,
+) -> tuple[_Regime, _CanvasState, StableAndConfident, Any, Edits | None]:
+    """`run`'s start: the regime, the canvas state, the stop rule and the drafts; for a
+    model that changes its canvas's length (engine.local.resize), its edits, whose first
+    change (the canvas's starting length) is applied before step 0."""
+    xp = array_api_compat.array_namespace(canvas)
+    no = xp.zeros(canvas.shape, dtype=xp.bool, device=array_api_compat.device(canvas))
+    fixed = no if fixed is None else fixed
+    draft = no if draft is None else xp.logical_and(draft, xp.logical_not(fixed))
+    regime_type = _Absorbing if denoiser.info.regime == "absorbing" else _Uniform
+    regime = regime_type(denoiser.info, cfg, rng, canvas, fixed, steer)
+    st = _CanvasState.start(canvas, fixed)
+    stopper = StableAndConfident(cfg.stability_threshold, cfg.stop_entropy)
+    ids = edits_of(denoiser)
+    if ids is None or denoiser.info.regime != "absorbing":
+        return regime, st, stopper, draft, None
+    lengths = row_lengths(to_numpy(canvas), to_numpy(fixed), denoiser.info.pad_id)
+    edits = Edits(ids, denoiser.info, lengths, cfg.min_tokens)
+    change = edits.start(to_numpy(xp.logical_or(fixed, draft)))
+    if change is not None:
+        st.remap(change, regime, stopper)
+        draft = remap(draft, change, False, False)
+    return regime, st, stopper, draft, edits
 
 
 def _accepted(regime: _Regime, sc: _Scores, st: _CanvasState, draft: Any | None, remaining: int = 1) -> tuple[Any, Any]:
@@ -542,10 +574,36 @@ class _CanvasState:
         self.confidence = xp.where(keep, self.confidence, confidence)
         regime.keep(keep)
 
-    def result(self, regime: _Regime, steps: int, reason: StopReason) -> SampleResult:
+    def remap(self, change: Change, regime: _Regime, stopper: StableAndConfident) -> None:
+        """A length change (engine.local.resize) applied to everything the loop carries
+        per position: new positions are open masks, positions past a row's end locked
+        padding; the stop rule's history is moved too (a new position matches none)."""
+        info = regime.info
+        mask = info.mask_id if info.mask_id is not None else info.pad_id
+        self.canvas = remap(self.canvas, change, mask, info.pad_id)
+        self.locked = remap(self.locked, change, False, True)
+        self.confidence = remap(self.confidence, change, 0.0, 1.0)
+        self.argmax_canvas = remap(self.argmax_canvas, change, mask, info.pad_id)
+        stopper.history = [remap(h, change, -1, info.pad_id) for h in stopper.history]
+        regime.resized(change)
+
+    def edited(self, edits: Edits, regime: _Regime, stopper: StableAndConfident, ent: Any) -> Any:
+        """Step 7 of `run` for a model that changes its canvas's length: the change the
+        step's decisions make, applied; `ent` (B, C) moved with it."""
+        change = edits.edit(to_numpy(self.canvas), to_numpy(self.locked))
+        if change is None:
+            return ent
+        self.remap(change, regime, stopper)
+        return remap(ent, change, 0.0, 0.0)
+
+    def result(self, regime: _Regime, steps: int, reason: StopReason, edits: Edits | None = None) -> SampleResult:
+        tokens = to_numpy(regime.tokens(self.canvas, self.locked, self.argmax_canvas)).astype(np.int64)
+        confidence = to_numpy(self.confidence).astype(np.float32)
+        if edits is not None:
+            tokens, confidence = edits.clean(tokens, confidence)
         return SampleResult(
-            tokens=to_numpy(regime.tokens(self.canvas, self.locked, self.argmax_canvas)).astype(np.int64),
-            confidence=to_numpy(self.confidence).astype(np.float32),
+            tokens=tokens,
+            confidence=confidence,
             steps=steps,
             stop_reason=reason,
             row_steps=[int(v) for v in to_numpy(self.row_steps)],
@@ -594,6 +652,17 @@ class _Regime:
         if self.info.uses_self_conditioning:
             self._proc = proc
         return sc
+
+    def resized(self, change: Change) -> None:
+        """The canvas changed length (engine.local.resize): what is kept per position
+        moves with it."""
+        xp = self.xp
+        self.fixed = remap(self.fixed, change, False, True)
+        if self.self_cond is not None:
+            self.self_cond = remap(self.self_cond, change, 0.0, 0.0)
+        if self.early is not None:
+            c = int(change.src.shape[1])
+            self.early = xp.arange(c, device=array_api_compat.device(self.fixed)) < min(self.cfg.min_tokens, c - 1)
 
     def keep(self, keep: Any) -> None:
         """Rows marked in `keep` (B, 1) finished before this step: their self-conditioning
