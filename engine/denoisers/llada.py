@@ -38,8 +38,12 @@ fill so far, the canvas of masks, then the suffix, all under full attention. No 
 after the suffix: the suffix is the code after the cursor cut to a budget, not the end of a
 document, and an `<|endoftext|>` there would tell the model the text ends where it does not.
 A plain prompt is `start P M [canvas]`. Since every context token attends to the canvas, no
-context state survives a step: each step runs the whole sequence (as LLaDA's generate does),
-and `encode` only lays the prompt out. There is no one-token mode.
+exact context state survives a step: `cache="exact"` (the default) runs the whole sequence at
+every step, as LLaDA's generate does, and `encode` only lays the prompt out. `cache="dual"`
+(config.json's diffusion_lsp.cache) is Fast-dLLM's approximation, as the dream backend has
+it: the prefix's and suffix's keys and values come from one full pass at a fill's first step
+and the later steps run the canvas alone against them (C queries instead of the sequence;
+unshifted, no prefix token is run with it). There is no one-token mode.
 
 Decoding. The checkpoint's default strategy is `low_confidence`, LLaDA's published order
 (engine/local/sampler.py: the masks left spread evenly over the steps left, the most
@@ -48,6 +52,7 @@ probable first), over the canvas as one block.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,10 +61,12 @@ from typing import Any
 try:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
+    from transformers.cache_utils import Cache, DynamicCache
 except ImportError as exc:
     raise ImportError("The llada backend needs torch and transformers: pip install 'diffusion-lsp[torch]'") from exc
 
 from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, as_prompt
+from engine.denoisers.hf_cache import expand_cache, fork_cache
 from engine.denoisers.hf_load import load_pretrained
 from engine.denoisers.loading import LoadedModel
 from engine.denoisers.torch import OnModelDevice
@@ -75,6 +82,9 @@ from engine.models.directory import (
 from engine.models.tokenizer import Tokenizer
 
 STRATEGY = "low_confidence"  # LLaDA's remasking='low_confidence' (engine/local/sampler.py)
+CACHE_MODES = ("exact", "dual")
+# transformers names the cache argument `cache` from 5.24, `past_key_values` before
+_CACHE_KW = "cache" if "cache" in inspect.signature(LlamaForCausalLM.forward).parameters else "past_key_values"
 # LLaDA's tokenizer names (its config.json names no BOS; the mask's id is config.json's
 # mask_token_id, 126336 in LLaDA-8B-Base and -Instruct)
 START_TOKEN = "<|startoftext|>"
@@ -156,10 +166,14 @@ class LLaDADenoiser(OnModelDevice):
     token, logits unshifted; `denoise` takes any batch of canvases against one state and
     returns float32 logits (B, C, V)."""
 
-    def __init__(self, model: PreTrainedModel, layout: LLaDALayout, info: DenoiserInfo) -> None:
+    def __init__(self, model: PreTrainedModel, layout: LLaDALayout, info: DenoiserInfo, cache: str = "exact") -> None:
+        if cache not in CACHE_MODES:
+            raise ValueError(f"cache must be one of {', '.join(CACHE_MODES)}; got {cache!r}")
         self.model = model
         self.layout = layout
         self.info = info
+        self.cache_mode = cache
+        self._dual: tuple[tuple[Any, ...], Cache] | None = None  # (before, after, canvas length) -> K/V
 
     def encode(self, prompt: Prompt | Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
         """Lay the prompt out (nothing to run: under full attention no context state survives a step)."""
@@ -182,14 +196,53 @@ class LLaDADenoiser(OnModelDevice):
         t = len(before) + c + len(after)
         if t > self.info.max_positions:
             raise ValueError(f"context and canvas ({t} tokens) exceed max_positions={self.info.max_positions}")
+        with torch.inference_mode():
+            if self.cache_mode == "dual":
+                return self._dual_step(before, after, canvas)
+            ids = self._sequence(before, after, canvas)
+            hidden = self.model.model(input_ids=ids, attention_mask=self._full_mask(b, t, t)).last_hidden_state
+            return self.model.lm_head(hidden[:, len(before) : len(before) + c]).float()  # (B, C, V)
+
+    def _full_mask(self, batch: int, queries: int, keys: int) -> torch.Tensor:
+        """Every query sees every key: an additive 4D mask of zeros, taken as given by LlamaModel."""
+        return torch.zeros((batch, 1, queries, keys), dtype=self.model.dtype, device=self.device)
+
+    def _sequence(self, before: tuple[int, ...], after: tuple[int, ...], canvas: torch.Tensor) -> torch.Tensor:
+        """(B, T) ids of `before canvas after` for each canvas row."""
+        b = canvas.shape[0]
         head = torch.tensor(before, dtype=torch.long, device=self.device).expand(b, -1)
         tail = torch.tensor(after, dtype=torch.long, device=self.device).expand(b, -1)
-        ids = torch.cat([head, canvas, tail], dim=1)  # (B, T)
-        # every query sees every key: an additive 4D mask of zeros, taken as given by LlamaModel
-        full = torch.zeros((b, 1, t, t), dtype=self.model.dtype, device=self.device)
-        with torch.inference_mode():
-            hidden = self.model.model(input_ids=ids, attention_mask=full).last_hidden_state  # (B, T, D)
-            return self.model.lm_head(hidden[:, len(before) : len(before) + c]).float()  # (B, C, V)
+        return torch.cat([head, canvas, tail], dim=1)
+
+    def _dual_step(self, before: tuple[int, ...], after: tuple[int, ...], canvas: torch.Tensor) -> torch.Tensor:
+        """The canvas alone, at its positions, against the prefix's and suffix's keys and
+        values from the fill's first step (Fast-dLLM's dual cache)."""
+        b, c = canvas.shape
+        key = (before, after, c)
+        if self._dual is None or self._dual[0] != key:
+            self._dual = (key, self._context_kv(before, after, canvas[:1]))
+        cache = expand_cache(self._dual[1], b) if b > 1 else fork_cache(self._dual[1])  # a copy to grow
+        positions = torch.arange(len(before), len(before) + c, device=self.device).unsqueeze(0)
+        held = cache.get_seq_length()
+        mask = self._full_mask(b, c, held + c)
+        out = self.model.model(
+            input_ids=canvas, position_ids=positions, attention_mask=mask, use_cache=True, **{_CACHE_KW: cache}
+        )
+        return self.model.lm_head(out.last_hidden_state).float()  # (B, C, V)
+
+    def _context_kv(self, before: tuple[int, ...], after: tuple[int, ...], canvas: torch.Tensor) -> Cache:
+        """One full pass of `before canvas after` (batch 1); the keys and values of all but
+        the canvas (rotary positions applied, so their order in the cache does not matter)."""
+        p, c = len(before), canvas.shape[1]
+        ids = self._sequence(before, after, canvas)
+        t = ids.shape[1]
+        cache = DynamicCache(config=self.model.config)
+        self.model.model(input_ids=ids, attention_mask=self._full_mask(1, t, t), use_cache=True, **{_CACHE_KW: cache})
+        for layer in cache.layers:
+            held: Any = layer  # a DynamicLayer: (1, H, T, D) keys and values
+            held.keys = torch.cat([held.keys[:, :, :p], held.keys[:, :, p + c :]], dim=2)
+            held.values = torch.cat([held.values[:, :, :p], held.values[:, :, p + c :]], dim=2)
+        return cache
 
 
 # ---------------------------------------------------------------------------- loading
@@ -294,14 +347,18 @@ def load_dir(path: Path, cfg: dict[str, Any], *, device: str = "cpu", quantizati
     code, every tensor of the architecture found), on `device` at `quantization` after the
     memory check (engine.denoisers.hf_load). Decoding defaults: strategy low_confidence,
     generation_config.json's steps and temperature (engine.models.directory.decoding_defaults),
-    then config.json's own "diffusion_lsp": {"defaults": {...}}."""
+    then config.json's own "diffusion_lsp": {"defaults": {...}}; its "cache" is "exact" (the
+    default) or "dual"."""
     require(path, TOKENIZER_FILE)
+    own = cfg.get("diffusion_lsp", {})
+    cache = own.get("cache", "exact")
+    if cache not in CACHE_MODES:
+        raise ModelLoadError(f"{path / CONFIG_FILE}: diffusion_lsp.cache must be one of {', '.join(CACHE_MODES)}")
     config = llama_config(cfg, path)
     tok, layout, info = llada_tokens(path, cfg, int(config.vocab_size))
     model = load_pretrained(
         path, _LLaDAWeights, config, cfg, device=device, quantization=quantization, build=LlamaForCausalLM
     )
-    own = cfg.get("diffusion_lsp", {})
     defaults = {**decoding_defaults(path).defaults, "strategy": STRATEGY, **own.get("defaults", {})}
-    den = LLaDADenoiser(model, layout, info)
+    den = LLaDADenoiser(model, layout, info, cache=cache)
     return LoadedModel(path=path, tokenizer=tok, denoiser=den, backend="llada", defaults=defaults)

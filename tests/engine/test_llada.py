@@ -148,6 +148,27 @@ def test_denoise_equals_lladas_forward_unshifted_under_full_attention(loaded: An
     assert not torch.allclose(got[0, 0], got[1, 0], atol=1e-4)
 
 
+def test_the_dual_cache_matches_exact_on_the_first_step_and_keeps_the_context(loaded: Any) -> None:
+    exact = loaded.denoiser
+    dual = LLaDADenoiser(exact.model, exact.layout, exact.info, cache="dual")
+    state = dual.encode(prompt(loaded))
+    canvas = torch.full((3, 5), exact.info.mask_id)
+    first = dual.denoise(state, canvas)
+    torch.testing.assert_close(first, exact.denoise(state, canvas), atol=1e-4, rtol=1e-4)
+    # a later step runs the canvas alone against the first step's context keys and values:
+    # the canvas unchanged, it is the exact step again; changed, an approximation of it
+    torch.testing.assert_close(dual.denoise(state, canvas), first, atol=1e-4, rtol=1e-4)
+    moved = canvas.clone()
+    moved[:, :3] = torch.tensor(loaded.tokenizer.encode("return a + b")[:3])
+    approx, want = dual.denoise(state, moved), exact.denoise(state, moved)
+    assert not torch.allclose(approx, first, atol=1e-4)  # the canvas was run again
+    assert (approx - want).abs().max() < (first - want).abs().max()  # closer to the exact step than no step
+    before, after = dual.layout.split(prompt(loaded))
+    assert dual._dual is not None and dual._dual[0] == (before, after, 5)
+    with pytest.raises(ValueError, match="cache must be"):
+        LLaDADenoiser(exact.model, exact.layout, exact.info, cache="none")
+
+
 def test_a_bos_in_config_is_the_start_and_generation_config_sets_the_steps(tmp_path: Path) -> None:
     gen = {"steps": 16, "gen_length": 16, "block_length": 16, "remasking": "low_confidence", "temperature": 0.0}
     root = llada_checkpoint.write(tmp_path / "ck", shards=1, bos_token_id=0, generation=gen)
@@ -257,9 +278,13 @@ def test_other_strategies_unmask_in_another_order() -> None:
 # ----------------------------------------------------------------------------- fills
 
 
-@pytest.mark.parametrize("strategy", [None, "entropy_bound"])
-def test_fills_through_the_engine(loaded: Any, strategy: str | None) -> None:
-    engine = local_engine(loaded, FillOptions(canvas_tokens=8, strategy=strategy, use_drafter=False))
+@pytest.mark.parametrize(("strategy", "cache"), [(None, "exact"), ("entropy_bound", "exact"), (None, "dual")])
+def test_fills_through_the_engine(loaded: Any, strategy: str | None, cache: str) -> None:
+    from dataclasses import replace
+
+    den = loaded.denoiser
+    model = replace(loaded, denoiser=LLaDADenoiser(den.model, den.layout, den.info, cache=cache))
+    engine = local_engine(model, FillOptions(canvas_tokens=8, strategy=strategy, use_drafter=False))
     r = engine.fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX, candidates=2))
     assert 1 <= r.steps <= 32 and r.candidates
     assert all(len(c.token_ids) <= 8 for c in r.candidates)
@@ -342,6 +367,8 @@ def test_load_errors_name_the_problem(llada_dir: Path, tmp_path: Path) -> None:
     save_file(weights, str(root / "model.safetensors"), metadata={"format": "pt"})
     with pytest.raises(ModelLoadError, match="lack 1 tensors"):
         load_model(root)
+    with pytest.raises(ModelLoadError, match="diffusion_lsp.cache must be"):
+        load_model(llada_checkpoint.write(tmp_path / "cache", shards=1, diffusion_lsp={"cache": "kv"}))
     small = llada_checkpoint.write(tmp_path / "rows", shards=1, embedding_size=64, vocab_size=64)
     with pytest.raises(ModelLoadError, match="does not belong"):
         load_model(small)
