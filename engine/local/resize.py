@@ -52,7 +52,7 @@ class Change:
     @property
     def lengths(self) -> np.ndarray:
         """(B,) each row's length after the change."""
-        return np.sum(self.src != END, axis=1)
+        return np.asarray(np.sum(self.src != END, axis=1), dtype=np.int64)
 
 
 def truncation(lengths: Sequence[int] | np.ndarray, width: int) -> Change:
@@ -91,7 +91,7 @@ def row_lengths(canvas: np.ndarray, fixed: np.ndarray, pad_id: int) -> np.ndarra
     trailing = np.logical_and(fixed, canvas == pad_id)[:, ::-1]
     run = np.argmin(trailing, axis=1)  # the first position (from the end) that is not
     run = np.where(np.all(trailing, axis=1), canvas.shape[1], run)
-    return (canvas.shape[1] - run).astype(np.int64)
+    return np.asarray(canvas.shape[1] - run, dtype=np.int64)
 
 
 @runtime_checkable
