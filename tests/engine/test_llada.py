@@ -20,7 +20,7 @@ from safetensors.torch import load_file  # noqa: E402
 
 from engine.decoding import SamplerConfig  # noqa: E402
 from engine.denoisers import quant  # noqa: E402
-from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt  # noqa: E402
+from engine.denoisers.base import Autoregressive, Denoiser, DenoiserInfo, EncodedContext, Prompt  # noqa: E402
 from engine.denoisers.llada import LLaDADenoiser  # noqa: E402
 from engine.denoisers.loading import load_model  # noqa: E402
 from engine.denoisers.onnx import NumpyRandomSource  # noqa: E402
@@ -105,7 +105,8 @@ def test_loads_as_the_llada_backend_with_the_checkpoints_ids(loaded: Any, llada_
 
     cfg = json.loads((llada_dir / "config.json").read_text())
     den, tok = loaded.denoiser, loaded.tokenizer.hf
-    assert loaded.backend == "llada" and isinstance(den, LLaDADenoiser)
+    assert loaded.backend == "llada" and isinstance(den, LLaDADenoiser) and isinstance(den, Denoiser)
+    assert not isinstance(den, Autoregressive)  # no one-token mode
     assert isinstance(den.model, LlamaForCausalLM) and not den.model.config.tie_word_embeddings
     assert den.info.regime == "absorbing" and not den.info.autoregressive
     assert den.info.mask_id == cfg["mask_token_id"] == tok.token_to_id("<|mdm_mask|>")
