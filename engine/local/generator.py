@@ -183,7 +183,17 @@ class LocalGenerator:
         autoregressive mode keeps its one strategy."""
         d = self.defaults
         base = SamplerConfig(**UNIFORM_DEFAULTS) if self.den.info.regime == "uniform" else SamplerConfig()
-        keys = ("strategy", "max_steps", "entropy_bound", "t_max", "t_min", "drafts", "draft_tokens")
+        keys = (
+            "strategy",
+            "max_steps",
+            "entropy_bound",
+            "confidence_threshold",
+            "k",
+            "t_max",
+            "t_min",
+            "drafts",
+            "draft_tokens",
+        )
         changes = {k: d[k] for k in keys if k in d}
         own = d.get("multiline_strategy") if multiline else None
         if own is not None and (own != "autoregressive" or self.den.info.autoregressive):
