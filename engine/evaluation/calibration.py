@@ -9,9 +9,11 @@ kind:
   equivalent (the same program: `right`), and syntax-valid, and their mean confidence;
 - `curve`: for each threshold a fill must reach to be shown, the share shown, the
   precision (right among the shown) and the recall (shown among the right);
-- `threshold(curve, precision)`: the lowest threshold whose shown fills are right at
-  least that often (the most fills shown at that precision), or None when no threshold
-  reaches it.
+- `threshold(curve, precision, min_recall)`: the lowest threshold whose shown fills are
+  right at least `precision` of the time (the most fills shown at that precision); where
+  no threshold reaches it, the highest that still shows `min_recall` of the right fills
+  (a model that is never that precise keeps what it gets right and loses only its surest
+  misses); None when neither exists.
 
 `python -m engine.evaluation.calibration REPORT.json` prints the tables of an eval report
 (`diffusion-infill eval --output REPORT.json`); `--precision P --write MODEL_DIR` writes the
@@ -33,7 +35,9 @@ from pathlib import Path
 from typing import Any
 
 BINS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # reliability bins' edges
-DEFAULT_PRECISION = 0.6  # of shown fills right (exact or equivalent): the issue's example target
+DEFAULT_PRECISION = 2 / 3  # of shown fills right (exact or equivalent): at most a third are ones a person rejects
+DEFAULT_MIN_RECALL = 0.9  # of right fills still shown, where the precision is out of reach
+ROUNDING = 5e-5  # the curve's shares are rounded to 4 decimals
 DEFAULT_KIND = "single_line"  # the kind whose threshold goes into config.json: most Automatic fills are one line
 NEVER = 1.01  # a threshold no confidence reaches: the Automatic trigger shows nothing
 
@@ -93,22 +97,30 @@ def curve(fills: Sequence[Scored]) -> list[dict[str, Any]]:
     return rows
 
 
-def threshold(rows: Sequence[dict[str, Any]], precision: float) -> float | None:
+def threshold(rows: Sequence[dict[str, Any]], precision: float, min_recall: float | None = None) -> float | None:
     """The lowest threshold of `curve`'s rows whose shown fills are right at least
-    `precision` of the time (the most fills shown at that precision); None: none is."""
+    `precision` of the time (the most fills shown at that precision); where none is, the
+    highest whose shown fills hold at least `min_recall` of the right ones; else None."""
     for row in rows:
-        if row["precision"] is not None and row["precision"] >= precision:
+        if row["precision"] is not None and row["precision"] >= precision - ROUNDING:
             return float(row["threshold"])
-    return None
+    if min_recall is None:
+        return None
+    keeping = [r for r in rows if r["recall"] is not None and r["recall"] >= min_recall - ROUNDING]
+    return float(keeping[-1]["threshold"]) if keeping else None
 
 
-def calibrate(by_kind: Mapping[str, Sequence[Scored]], precision: float = DEFAULT_PRECISION) -> dict[str, Any]:
+def calibrate(
+    by_kind: Mapping[str, Sequence[Scored]],
+    precision: float = DEFAULT_PRECISION,
+    min_recall: float | None = DEFAULT_MIN_RECALL,
+) -> dict[str, Any]:
     """Per kind: the reliability table, the curve, and the threshold for `precision`
-    (with what it shows and keeps: the curve's row at it)."""
-    out: dict[str, Any] = {"target_precision": precision}
+    (else `min_recall`), with what it shows and keeps (the curve's row at it)."""
+    out: dict[str, Any] = {"target_precision": precision, "min_recall": min_recall}
     for kind, fills in by_kind.items():
         rows = curve(fills)
-        t = threshold(rows, precision)
+        t = threshold(rows, precision, min_recall)
         at = next((r for r in rows if r["threshold"] == t), None)
         out[kind] = {
             "fills": len(fills),
@@ -169,7 +181,13 @@ def write_threshold(model_dir: Path, value: float, source: dict[str, Any]) -> Pa
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine.evaluation.calibration", description=__doc__)
     parser.add_argument("report", type=Path, help="an eval report (diffusion-infill eval --output)")
-    parser.add_argument("--precision", type=float, default=DEFAULT_PRECISION, help="target precision (0.6)")
+    parser.add_argument("--precision", type=float, default=DEFAULT_PRECISION, help="target precision (2/3)")
+    parser.add_argument(
+        "--min-recall",
+        type=float,
+        default=DEFAULT_MIN_RECALL,
+        help="where the precision is out of reach: the share of right fills kept (0.9; 0: none, show nothing)",
+    )
     parser.add_argument("--kind", default=DEFAULT_KIND, help="the kind whose threshold is written (single_line)")
     parser.add_argument("--write", type=Path, metavar="MODEL_DIR", help="write the threshold into its config.json")
     args = parser.parse_args(argv)
@@ -178,14 +196,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.kind not in fills:
         sys.stderr.write(f"{args.report}: no fills of kind {args.kind} (eval reports record them since 0.x)\n")
         return 1
-    cal = calibrate(fills, args.precision)
+    cal = calibrate(fills, args.precision, args.min_recall or None)
     for kind in fills:
         sys.stdout.write(f"\n{kind}: threshold {cal[kind]['threshold']}\n\n" + reliability_markdown(cal, kind))
         sys.stdout.write("\n" + curve_markdown(cal, kind, (0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)))
     if args.write:
         t = cal[args.kind]["threshold"]
         value = NEVER if t is None else t
-        source = {"kind": args.kind, "precision": args.precision, "fills": cal[args.kind]["fills"]}
+        at = cal[args.kind]["at_threshold"] or {}
+        source = {
+            "kind": args.kind,
+            "target_precision": round(args.precision, 4),
+            "min_recall": args.min_recall,
+            "fills": cal[args.kind]["fills"],
+            "precision": at.get("precision"),
+            "recall": at.get("recall"),
+            "shown": at.get("shown"),
+        }
         sys.stdout.write(f"\nwrote min_confidence {value} to {write_threshold(args.write, value, source)}\n")
     return 0
 

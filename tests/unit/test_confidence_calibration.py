@@ -49,6 +49,14 @@ def test_the_curve_and_the_threshold_for_a_precision() -> None:
     assert threshold(curve([Scored(0.5, False, False, True)]), 0.6) is None  # never that precise
 
 
+def test_where_the_precision_is_out_of_reach_the_right_fills_are_kept() -> None:
+    rows = curve(FILLS)
+    assert threshold(rows, 1.01) is None
+    assert threshold(rows, 1.01, min_recall=0.75) == 0.6  # the highest keeping 3 of the 4 right fills
+    assert threshold(rows, 1.01, min_recall=1.0) == 0.3
+    assert threshold(rows, 0.75, min_recall=1.0) == 0.6  # the precision first, when it is reachable
+
+
 def test_a_fill_without_a_confidence_is_always_shown() -> None:
     rows = curve([Scored(None, False, False, True), Scored(0.9, True, True, True)])
     assert rows[-1]["shown"] == 0.5 and rows[-1]["precision"] == 0.0
@@ -92,6 +100,10 @@ def test_the_command_writes_the_threshold_of_an_eval_report(tmp_path: Path) -> N
     assert calibration.main([str(report), "--precision", "0.75", "--write", str(tmp_path)]) == 0
     assert json.loads((tmp_path / "config.json").read_text())["defaults"]["min_confidence"] == 0.6
     assert calibration.main([str(report), "--precision", "1.01", "--write", str(tmp_path)]) == 0
+    written = json.loads((tmp_path / "config.json").read_text())["defaults"]
+    assert written["min_confidence"] == 0.3  # out of reach: nine in ten right fills kept (all four here)
+    assert written["min_confidence_source"]["recall"] == 1.0
+    assert calibration.main([str(report), "--precision", "1.01", "--min-recall", "0", "--write", str(tmp_path)]) == 0
     assert json.loads((tmp_path / "config.json").read_text())["defaults"]["min_confidence"] == NEVER
     assert calibration.main([str(report), "--kind", "block_body"]) == 1
 
