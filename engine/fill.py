@@ -182,12 +182,13 @@ class Engine:
     def takes_extra_files(self) -> bool:
         return self.generator.takes_extra_files
 
-    @property
-    def min_confidence(self) -> float | None:
-        """The generator's calibrated threshold for fills shown unasked (a local model's
-        config.json `min_confidence`); None: it has none (docs/confidence.md). Optional
-        for a generator, so read with getattr."""
-        value = getattr(self.generator, "min_confidence", None)
+    def min_confidence(self, multiline: bool = False) -> float | None:
+        """The generator's calibrated threshold for fills shown unasked, of one line or of
+        several (a local model's config.json `min_confidence`, `min_confidence_multiline`);
+        None: it has none (docs/confidence.md). A generator need not be calibrated
+        (`calibrated` is optional), so it is looked up."""
+        calibrated = getattr(self.generator, "calibrated", None)
+        value = calibrated(multiline) if callable(calibrated) else None
         return value if isinstance(value, float) else None
 
     def configured(self, **changes: Any) -> Engine:

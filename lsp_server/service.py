@@ -23,9 +23,9 @@ as far as document URIs.
   path for telling (DiffusionServer.tell); without a server it is logged.
 - Confidence (docs/confidence.md): a fill shown unasked (`FillKind.gated`: the Automatic
   trigger) keeps only the candidates whose confidence reaches the threshold
-  (`min_confidence`: the setting, or with `auto` the model's calibrated one, else
-  DEFAULT_MIN_CONFIDENCE); a candidate without a confidence (a remote engine that returned
-  no logprobs) is kept. A fill held back is logged: at info level (window/logMessage, the
+  (`min_confidence`: the setting, or with `auto` the model's calibrated one for a fill of
+  one line or of several, else DEFAULT_MIN_CONFIDENCE); a candidate without a confidence
+  (a remote engine that returned no logprobs) is kept. A fill held back is logged: at info level (window/logMessage, the
   log file) at most once per HELD_LOG_INTERVAL_S, at debug level every time.
 """
 
@@ -53,9 +53,9 @@ from lsp_server.settings import AUTO, Settings
 
 log = logging.getLogger(__name__)
 
-# minConfidence `auto` for a model without a calibrated threshold (docs/confidence.md: the
-# lowest threshold that kept Qwen2.5-Coder-0.5B's single-line fills at 60% precision)
-DEFAULT_MIN_CONFIDENCE = 0.3
+# minConfidence `auto` for a model without a calibrated threshold (docs/confidence.md:
+# Qwen2.5-Coder-0.5B's calibrated threshold, rounded down; it keeps nine in ten of its right fills)
+DEFAULT_MIN_CONFIDENCE = 0.25
 HELD_LOG_INTERVAL_S = 60.0  # a fill held back is logged at info level at most this often
 
 Drafts = Callable[[int, list[str]], None]
@@ -309,22 +309,25 @@ class FillService:
         self._report(result.error)
         return FillAnswer(self.confident(result.candidates) if kind.gated else result.candidates)
 
-    def min_confidence(self) -> float:
+    def min_confidence(self, multiline: bool = False) -> float:
         """The threshold for fills shown unasked: the setting's number, or with `auto` the
-        model's calibrated threshold, else DEFAULT_MIN_CONFIDENCE."""
+        model's calibrated threshold for a fill of one line or of several, else
+        DEFAULT_MIN_CONFIDENCE."""
         setting = self.settings.min_confidence
         if setting != AUTO:
             return float(setting)
-        calibrated = self.engine.min_confidence if self.engine is not None else None
+        calibrated = self.engine.min_confidence(multiline) if self.engine is not None else None
         return DEFAULT_MIN_CONFIDENCE if calibrated is None else calibrated
 
     def confident(self, candidates: list[Candidate]) -> list[Candidate]:
-        """The candidates whose confidence reaches the threshold (all of them at 0; a
-        candidate without a confidence is kept); a fill held back is logged."""
-        threshold = self.min_confidence()
-        kept = [c for c in candidates if threshold <= 0 or c.score is None or c.score >= threshold]
+        """The candidates whose confidence reaches the threshold for their number of lines
+        (all of them at 0; a candidate without a confidence is kept); a fill held back is
+        logged."""
+        thresholds = [self.min_confidence(len(c.text.strip().splitlines()) > 1) for c in candidates]
+        kept = [c for c, t in zip(candidates, thresholds, strict=True) if t <= 0 or c.score is None or c.score >= t]
         if candidates and not kept:
             best = max(c.score or 0.0 for c in candidates)
+            threshold = thresholds[0]
             now = time.monotonic()
             level = logging.INFO if now - self._held_logged >= HELD_LOG_INTERVAL_S else logging.DEBUG
             if level == logging.INFO:

@@ -16,11 +16,11 @@ kind:
   misses); None when neither exists.
 
 `python -m engine.evaluation.calibration REPORT.json` prints the tables of an eval report
-(`diffusion-infill eval --output REPORT.json`); `--precision P --write MODEL_DIR` writes the
-threshold into that directory's config.json (`defaults.min_confidence` for a model of the
-embedded architecture, `diffusion_lsp.defaults.min_confidence` for a transformers-style
-one), where the language server's `minConfidence: auto` reads it. docs/confidence.md
-describes the whole.
+(`diffusion-infill eval --output REPORT.json`); `--write MODEL_DIR` writes the thresholds
+of single-line fills and of multi-line ones (`WRITTEN`) into that directory's config.json
+(`defaults` for a model of the embedded architecture, `diffusion_lsp.defaults` for a
+transformers-style one), where the language server's `minConfidence: auto` reads them.
+docs/confidence.md describes the whole.
 """
 
 from __future__ import annotations
@@ -38,7 +38,9 @@ BINS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # reliability bi
 DEFAULT_PRECISION = 2 / 3  # of shown fills right (exact or equivalent): at most a third are ones a person rejects
 DEFAULT_MIN_RECALL = 0.9  # of right fills still shown, where the precision is out of reach
 ROUNDING = 5e-5  # the curve's shares are rounded to 4 decimals
-DEFAULT_KIND = "single_line"  # the kind whose threshold goes into config.json: most Automatic fills are one line
+# the kinds whose thresholds config.json carries: fills of one line (most of those shown
+# unasked) and of several (block bodies, random spans, function bodies together)
+WRITTEN = {"single_line": "min_confidence", "multi_line": "min_confidence_multiline"}
 NEVER = 1.01  # a threshold no confidence reaches: the Automatic trigger shows nothing
 
 
@@ -164,18 +166,31 @@ def curve_markdown(cal: dict[str, Any], kind: str, thresholds: Sequence[float]) 
     return "\n".join(lines) + "\n"
 
 
-def write_threshold(model_dir: Path, value: float, source: dict[str, Any]) -> Path:
-    """Write `value` as the directory's calibrated `min_confidence` (and where it came
-    from, `min_confidence_source`) into its config.json; returns the file."""
+def write_threshold(model_dir: Path, value: float, source: dict[str, Any], key: str = "min_confidence") -> Path:
+    """Write `value` as the directory's calibrated threshold `key` (`min_confidence`, or
+    `min_confidence_multiline`), and where it came from (`<key>_source`), into its
+    config.json; returns the file."""
     path = model_dir / "config.json"
     cfg = json.loads(path.read_text(encoding="utf-8"))
     embedded = "diffusion_lsp" not in cfg and cfg.get("model_type") == "diffusion_coder"
     own = cfg if embedded else cfg.setdefault("diffusion_lsp", {})
     defaults = own.setdefault("defaults", {})
-    defaults["min_confidence"] = math.floor(value * 1e4) / 1e4  # rounded down: the fill it was chosen at stays shown
-    defaults["min_confidence_source"] = source
+    defaults[key] = math.floor(value * 1e4) / 1e4  # rounded down: the fill it was chosen at stays shown
+    defaults[f"{key}_source"] = source
     path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
+
+
+def _source(cal: dict[str, Any], kind: str) -> dict[str, Any]:
+    """Where a written threshold came from: the kind, the targets, and what it shows and keeps."""
+    at = cal[kind]["at_threshold"] or {}
+    return {
+        "kind": kind,
+        "target_precision": round(cal["target_precision"], 4),
+        "min_recall": cal["min_recall"],
+        "fills": cal[kind]["fills"],
+        **{k: at.get(k) for k in ("precision", "recall", "shown")},
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -188,32 +203,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=DEFAULT_MIN_RECALL,
         help="where the precision is out of reach: the share of right fills kept (0.9; 0: none, show nothing)",
     )
-    parser.add_argument("--kind", default=DEFAULT_KIND, help="the kind whose threshold is written (single_line)")
-    parser.add_argument("--write", type=Path, metavar="MODEL_DIR", help="write the threshold into its config.json")
+    parser.add_argument("--write", type=Path, metavar="MODEL_DIR", help="write the thresholds into its config.json")
     args = parser.parse_args(argv)
     report = json.loads(args.report.read_text(encoding="utf-8"))
     fills = {k: [Scored(**f) for f in v] for k, v in report.get("fills", {}).items()}
-    if args.kind not in fills:
-        sys.stderr.write(f"{args.report}: no fills of kind {args.kind} (eval reports record them since 0.x)\n")
+    if "single_line" not in fills:
+        sys.stderr.write(
+            f"{args.report}: no single-line fills with their confidence (an eval report of an older version?)\n"
+        )
         return 1
     cal = calibrate(fills, args.precision, args.min_recall or None)
     for kind in fills:
         sys.stdout.write(f"\n{kind}: threshold {cal[kind]['threshold']}\n\n" + reliability_markdown(cal, kind))
         sys.stdout.write("\n" + curve_markdown(cal, kind, (0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)))
     if args.write:
-        t = cal[args.kind]["threshold"]
-        value = NEVER if t is None else t
-        at = cal[args.kind]["at_threshold"] or {}
-        source = {
-            "kind": args.kind,
-            "target_precision": round(args.precision, 4),
-            "min_recall": args.min_recall,
-            "fills": cal[args.kind]["fills"],
-            "precision": at.get("precision"),
-            "recall": at.get("recall"),
-            "shown": at.get("shown"),
-        }
-        sys.stdout.write(f"\nwrote min_confidence {value} to {write_threshold(args.write, value, source)}\n")
+        for kind, key in WRITTEN.items():
+            if kind in cal:
+                t = cal[kind]["threshold"]
+                value = NEVER if t is None else t
+                path = write_threshold(args.write, value, _source(cal, kind), key)
+                sys.stdout.write(f"\nwrote {key} {value} to {path}\n")
     return 0
 
 

@@ -401,8 +401,9 @@ def evaluate_dir(
 
 
 def scored_fills(by_kind: dict[str, tuple[list[Task], list[Outcome]]]) -> dict[str, list[dict[str, Any]]]:
-    """Per kind (and single_line, lines and rest_of_line together): each fill's confidence
-    and outcome, as engine.evaluation.calibration.Scored fields."""
+    """Per kind (and single_line: lines and rest_of_line together; multi_line: the kinds of
+    several lines together): each fill's confidence and outcome, as
+    engine.evaluation.calibration.Scored fields."""
     out = {
         kind: [
             {
@@ -419,6 +420,9 @@ def scored_fills(by_kind: dict[str, tuple[list[Task], list[Outcome]]]) -> dict[s
     }
     if "lines" in out and "rest_of_line" in out:
         out["single_line"] = out["lines"] + out["rest_of_line"]
+    several = [f for kind in ("block_body", "random_span", "function_body") for f in out.get(kind, [])]
+    if several:
+        out["multi_line"] = several
     return out
 
 

@@ -158,11 +158,12 @@ class LocalGenerator:
             hard=min(MAX_CANVAS_TOKENS, self.den.info.max_positions - MIN_CONTEXT_TOKENS),
         )
 
-    @property
-    def min_confidence(self) -> float | None:
+    def calibrated(self, multiline: bool = False) -> float | None:
         """The model's calibrated threshold for fills shown unasked (config.json defaults
-        `min_confidence`, written by engine/evaluation/calibration.py); None: uncalibrated."""
-        value = self.defaults.get("min_confidence")
+        `min_confidence`, and `min_confidence_multiline` for fills of several lines, written
+        by engine/evaluation/calibration.py); None: uncalibrated."""
+        value = self.defaults.get("min_confidence_multiline") if multiline else None
+        value = self.defaults.get("min_confidence") if value is None else value
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
     def count_tokens(self, text: str) -> int:

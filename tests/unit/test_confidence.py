@@ -111,6 +111,9 @@ def test_alternatives_are_ranked_by_the_likelihood_that_is_their_confidence() ->
 
 def test_a_model_directory_carries_its_calibrated_threshold() -> None:
     model = TwoModes(TARGET, TARGET)
-    assert engine_over(model, "autoregressive").min_confidence is None
-    assert engine_over(model, "autoregressive", {"min_confidence": 0.42}).min_confidence == 0.42
-    assert engine_over(model, "autoregressive", {"min_confidence": "high"}).min_confidence is None
+    assert engine_over(model, "autoregressive").min_confidence() is None
+    one = engine_over(model, "autoregressive", {"min_confidence": 0.42})
+    assert (one.min_confidence(), one.min_confidence(multiline=True)) == (0.42, 0.42)  # one for both
+    both = engine_over(model, "autoregressive", {"min_confidence": 0.42, "min_confidence_multiline": 1.01})
+    assert (both.min_confidence(), both.min_confidence(multiline=True)) == (0.42, 1.01)
+    assert engine_over(model, "autoregressive", {"min_confidence": "high"}).min_confidence() is None

@@ -95,17 +95,22 @@ def test_the_threshold_goes_where_the_loader_reads_defaults(
 
 def test_the_command_writes_the_threshold_of_an_eval_report(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
-    report.write_text(json.dumps({"fills": {"single_line": [f.__dict__ for f in FILLS]}}))
+    never_right = [Scored(0.9, False, False, True).__dict__, Scored(0.2, False, False, True).__dict__]
+    report.write_text(json.dumps({"fills": {"single_line": [f.__dict__ for f in FILLS], "multi_line": never_right}}))
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "diffusion_coder"}))
     assert calibration.main([str(report), "--precision", "0.75", "--write", str(tmp_path)]) == 0
-    assert json.loads((tmp_path / "config.json").read_text())["defaults"]["min_confidence"] == 0.6
+    written = json.loads((tmp_path / "config.json").read_text())["defaults"]
+    assert written["min_confidence"] == 0.6
+    assert written["min_confidence_multiline"] == NEVER  # never right: shown only when asked for
+    assert written["min_confidence_source"]["precision"] == 0.75
     assert calibration.main([str(report), "--precision", "1.01", "--write", str(tmp_path)]) == 0
     written = json.loads((tmp_path / "config.json").read_text())["defaults"]
     assert written["min_confidence"] == 0.3  # out of reach: nine in ten right fills kept (all four here)
     assert written["min_confidence_source"]["recall"] == 1.0
     assert calibration.main([str(report), "--precision", "1.01", "--min-recall", "0", "--write", str(tmp_path)]) == 0
     assert json.loads((tmp_path / "config.json").read_text())["defaults"]["min_confidence"] == NEVER
-    assert calibration.main([str(report), "--kind", "block_body"]) == 1
+    report.write_text(json.dumps({"fills": {"block_body": never_right}}))
+    assert calibration.main([str(report)]) == 1
 
 
 @pytest.mark.parametrize(

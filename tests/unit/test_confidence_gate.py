@@ -19,16 +19,26 @@ from lsp_server.settings import Settings, parse_settings
 
 class Sure:
     """A generator whose candidates have the given confidences (None: no log-probabilities,
-    as a remote engine without logprobs), best first; `min_confidence`: its calibration."""
+    as a remote engine without logprobs), best first, each of one line ("x0") or, from
+    `multiline` on, of two; `min_confidence` (and `multiline_confidence`): its calibration."""
 
     limits = FillLimits(default=16, longest=None, hard=None)
     languages = None
     takes_extra_files = False
     tokenizer = None
 
-    def __init__(self, scores: list[float | None], min_confidence: float | None = None) -> None:
+    def __init__(
+        self,
+        scores: list[float | None],
+        min_confidence: float | None = None,
+        multiline_confidence: float | None = None,
+        multiline: int = 99,
+    ) -> None:
         self.scores = scores
-        self.min_confidence = min_confidence
+        self.min_confidence, self.multiline_confidence, self.multiline = min_confidence, multiline_confidence, multiline
+
+    def calibrated(self, multiline: bool = False) -> float | None:
+        return self.multiline_confidence if multiline and self.multiline_confidence is not None else self.min_confidence
 
     def count_tokens(self, text: str) -> int:
         return len(text)
@@ -37,7 +47,8 @@ class Sure:
         cands = []
         for i, s in enumerate(self.scores[: job.request.candidates]):
             lp = None if s is None else math.log(s)
-            cands.append(Candidate(f"x{i}", [], [], mean_logprob=lp, min_logprob=lp))
+            text = f"x{i}\ny{i}" if i >= self.multiline else f"x{i}"
+            cands.append(Candidate(text, [], [], mean_logprob=lp, min_logprob=lp))
         return InfillResult(candidates=cands)
 
     def reset(self) -> None:
@@ -48,6 +59,7 @@ class Sure:
 
 
 def texts(scores: list[float | None], kind: FillKind, setting: float | str = "auto", **kw: float | None) -> list[str]:
+    """The texts of the answer to a fill with these candidates (`kw`: Sure's calibration)."""
     fills = FillService()
     fills.engine = Engine(Sure(scores, **kw))
     fills.settings = Settings(min_confidence=setting)
@@ -62,6 +74,13 @@ def test_automatic_fills_below_the_models_calibrated_threshold_are_held_back() -
     assert texts([0.5], INLINE, min_confidence=0.6) == []
     assert texts([0.7], INLINE, min_confidence=0.6) == ["x0"]
     assert texts([0.7, 0.2], INLINE, min_confidence=0.6) == ["x0"]  # each candidate judged
+
+
+def test_fills_of_several_lines_have_their_own_threshold() -> None:
+    both = {"min_confidence": 0.5, "multiline_confidence": 0.9}
+    assert texts([0.7, 0.8], INLINE, multiline=1, **both) == ["x0"]  # the second has two lines
+    assert texts([0.7, 0.95], INLINE, multiline=1, **both) == ["x0", "x1\ny1"]
+    assert texts([0.7, 0.8], INLINE, multiline=1, min_confidence=0.5) == ["x0", "x1\ny1"]  # one for both
 
 
 def test_auto_without_a_calibration_uses_the_documented_default() -> None:
