@@ -11,9 +11,10 @@ kind:
   precision (right among the shown) and the recall (shown among the right);
 - `threshold(curve, precision, min_recall)`: the lowest threshold whose shown fills are
   right at least `precision` of the time (the most fills shown at that precision); where
-  no threshold reaches it, the highest that still shows `min_recall` of the right fills
-  (a model that is never that precise keeps what it gets right and loses only its surest
-  misses); None when neither exists.
+  no threshold reaches it, None (nothing is shown unasked), or, when asked for
+  (`min_recall`, a choice made per model: docs/confidence.md), the highest threshold that
+  still shows that share of the right fills (a useful model that is never that precise
+  keeps what it gets right and loses only its surest misses).
 
 `python -m engine.evaluation.calibration REPORT.json` prints the tables of an eval report
 (`diffusion-infill eval --output REPORT.json`); `--write MODEL_DIR` writes the thresholds
@@ -36,7 +37,6 @@ from typing import Any
 
 BINS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # reliability bins' edges
 DEFAULT_PRECISION = 2 / 3  # of shown fills right (exact or equivalent): at most a third are ones a person rejects
-DEFAULT_MIN_RECALL = 0.9  # of right fills still shown, where the precision is out of reach
 ROUNDING = 5e-5  # the curve's shares are rounded to 4 decimals
 # the kinds whose thresholds config.json carries: fills of one line (most of those shown
 # unasked) and of several (block bodies, random spans, function bodies together)
@@ -115,7 +115,7 @@ def threshold(rows: Sequence[dict[str, Any]], precision: float, min_recall: floa
 def calibrate(
     by_kind: Mapping[str, Sequence[Scored]],
     precision: float = DEFAULT_PRECISION,
-    min_recall: float | None = DEFAULT_MIN_RECALL,
+    min_recall: float | None = None,
 ) -> dict[str, Any]:
     """Per kind: the reliability table, the curve, and the threshold for `precision`
     (else `min_recall`), with what it shows and keeps (the curve's row at it)."""
@@ -200,8 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--min-recall",
         type=float,
-        default=DEFAULT_MIN_RECALL,
-        help="where the precision is out of reach: the share of right fills kept (0.9; 0: none, show nothing)",
+        help="where the precision is out of reach: the share of right fills to keep showing (default: show none)",
     )
     parser.add_argument("--write", type=Path, metavar="MODEL_DIR", help="write the thresholds into its config.json")
     args = parser.parse_args(argv)
@@ -212,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{args.report}: no single-line fills with their confidence (an eval report of an older version?)\n"
         )
         return 1
-    cal = calibrate(fills, args.precision, args.min_recall or None)
+    cal = calibrate(fills, args.precision, args.min_recall)
     for kind in fills:
         sys.stdout.write(f"\n{kind}: threshold {cal[kind]['threshold']}\n\n" + reliability_markdown(cal, kind))
         sys.stdout.write("\n" + curve_markdown(cal, kind, (0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)))
@@ -221,7 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if kind in cal:
                 t = cal[kind]["threshold"]
                 value = NEVER if t is None else t
-                path = write_threshold(args.write, value, _source(cal, kind), key)
+                source = {**_source(cal, kind), "data": report.get("data"), "seed": report.get("seed")}
+                path = write_threshold(args.write, value, source, key)
                 sys.stdout.write(f"\nwrote {key} {value} to {path}\n")
     return 0
 

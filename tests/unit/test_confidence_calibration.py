@@ -104,11 +104,11 @@ def test_the_command_writes_the_threshold_of_an_eval_report(tmp_path: Path) -> N
     assert written["min_confidence_multiline"] == NEVER  # never right: shown only when asked for
     assert written["min_confidence_source"]["precision"] == 0.75
     assert calibration.main([str(report), "--precision", "1.01", "--write", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "config.json").read_text())["defaults"]["min_confidence"] == NEVER  # out of reach
+    assert calibration.main([str(report), "--precision", "1.01", "--min-recall", "0.9", "--write", str(tmp_path)]) == 0
     written = json.loads((tmp_path / "config.json").read_text())["defaults"]
-    assert written["min_confidence"] == 0.3  # out of reach: nine in ten right fills kept (all four here)
-    assert written["min_confidence_source"]["recall"] == 1.0
-    assert calibration.main([str(report), "--precision", "1.01", "--min-recall", "0", "--write", str(tmp_path)]) == 0
-    assert json.loads((tmp_path / "config.json").read_text())["defaults"]["min_confidence"] == NEVER
+    assert written["min_confidence"] == 0.3  # nine in ten right fills kept (all four here)
+    assert written["min_confidence_source"]["recall"] == 1.0 and written["min_confidence_source"]["min_recall"] == 0.9
     report.write_text(json.dumps({"fills": {"block_body": never_right}}))
     assert calibration.main([str(report)]) == 1
 
