@@ -2,15 +2,17 @@
 fill times measured on this machine, and a checkpoint's own decoding defaults from its
 generation_config.json), and `--measure` to time them here.
 
-A measurement loads the model, then at a few line ends of a standard-library file (the
-same for every model) fills once with the cache cold and once after each of a few typed
-characters; it keeps the medians in the model's directory (engine.models.folder).
+A measurement loads the model, then writes a few lines of a standard-library file (the
+same for every model) as a user types them: the first character with the cache cold, then
+a fill after each of a few more; it keeps the medians in the model's directory
+(engine.models.folder).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import sysconfig
@@ -23,24 +25,32 @@ from engine.models.folder import Entry, Timing, default_model, machine_key, mode
 
 SAMPLE = ("email", "_header_value_parser.py")  # in every CPython's standard library
 POSITIONS = 3
-KEYS = 3
+KEYS = 4  # the first is the cold fill, the others keystrokes
 CONTEXT_TOKENS = 1024  # the server's default contextTokens
 DEFAULT_TARGET_MS = 2000  # the server's default deadlineMs
+# a line that starts a statement (not a comment, a docstring's text or a continuation)
+_STATEMENT = re.compile(r"(?:return|if|for|while|raise|yield) |[A-Za-z_][\w.]*\s*(?:=|\()")
 
 
 def sample_cases(positions: int = POSITIONS, keys: int = KEYS) -> list[tuple[str, str, str]]:
-    """(prefix, suffix, typed characters) at line ends spread over the sample file."""
+    """(prefix, suffix, typed characters): a line of the sample file being written, at
+    lines spread over it; the prefix ends where the line's text starts, the suffix is the
+    code after the line, and the typed characters are the line's first few."""
     text = Path(sysconfig.get_paths()["stdlib"]).joinpath(*SAMPLE).read_text(encoding="utf-8")
     lines = text.split("\n")
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
     out: list[tuple[str, str, str]] = []
-    step = max(1, len(lines) // (3 * positions))
-    i = len(lines) // 3
-    while len(out) < positions and i < len(lines) - 1:
-        body = lines[i].strip()
-        if len(body) > keys + 4 and not body.startswith("#"):
-            end = sum(len(x) + 1 for x in lines[:i]) + len(lines[i])
-            out.append((text[: end - keys], text[end:], body[-keys:]))  # the line's last characters typed
-        i += step
+    step = max(1, len(lines) // (2 * positions))
+    for j in range(positions):  # the first statement line from each of `positions` places on
+        i = len(lines) // 3 + j * step
+        while i < len(lines) - 1 and not (len(lines[i].lstrip()) > keys + 4 and _STATEMENT.match(lines[i].lstrip())):
+            i += 1
+        if i < len(lines) - 1:
+            body = lines[i].lstrip()
+            at = starts[i] + len(lines[i]) - len(body)
+            out.append((text[:at], text[starts[i + 1] - 1 :], body[:keys]))
     return out
 
 
@@ -57,9 +67,9 @@ def measure(path: Path, device: str = "cpu") -> Timing:
     for prefix, suffix, typed in sample_cases():
         engine.reset()
         t = time.perf_counter()
-        engine.fill(InfillRequest(prefix=prefix, suffix=suffix, language="python"))
+        engine.fill(InfillRequest(prefix=prefix + typed[0], suffix=suffix, language="python"))
         cold.append((time.perf_counter() - t) * 1000)
-        for k in range(1, len(typed) + 1):
+        for k in range(2, len(typed) + 1):
             t = time.perf_counter()
             engine.fill(InfillRequest(prefix=prefix + typed[:k], suffix=suffix, language="python"))
             keystroke.append((time.perf_counter() - t) * 1000)
