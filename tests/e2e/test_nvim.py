@@ -52,8 +52,10 @@ def apply_edit(text: str, edit: dict[str, Any]) -> str:
 
 
 def test_ghost_text_appears_and_tab_accepts_it(tmp_path: Path) -> None:
-    # inventory.py line 27: the blank line that ends Inventory.add's body
-    run = run_scenario("ghost_text", "code/inventory.py", tmp_path, line=27, col=1)
+    # inventory.py line 27: the blank line that ends Inventory.add's body; the shipped model
+    # is weak, and its automatic fills are held back at the default minConfidence
+    # (docs/confidence.md): this test is about the client, so every fill is shown
+    run = run_scenario("ghost_text", "code/inventory.py", tmp_path, line=27, col=1, settings={"minConfidence": 0})
     r = result_of(run)
     assert r["filetype"] == "python" and r["mode"] == "i"
     served = [q for q in r["requests"] if q["answered"] and q["items"]]
