@@ -4,7 +4,8 @@ generation_config.json), and `--measure` to time them here.
 
 A measurement loads the model, then writes a few lines of a standard-library file (the
 same for every model) as a user types them: the first character with the cache cold, then
-a fill after each of a few more; it keeps the medians in the model's directory
+a fill after each of a few more, each under the server's deadline (`--target-ms`, the
+deadlineMs it stands for); it keeps the medians in the model's directory
 (engine.models.folder).
 """
 
@@ -54,25 +55,28 @@ def sample_cases(positions: int = POSITIONS, keys: int = KEYS) -> list[tuple[str
     return out
 
 
-def measure(path: Path, device: str = "cpu") -> Timing:
-    """Load the model and time its fills (see the module)."""
+def measure(path: Path, device: str = "cpu", deadline_ms: int = DEFAULT_TARGET_MS) -> Timing:
+    """Load the model and time its fills (see the module), each under the deadline the
+    server gives it (a fill past it returns with its first line finished, as there)."""
     from engine.denoisers.loading import load_model
-    from engine.fill import FillOptions, InfillRequest
+    from engine.fill import FillControl, FillOptions, InfillRequest
     from engine.local.generator import local_engine
+
+    def timed(prefix: str, suffix: str) -> float:
+        t = time.perf_counter()
+        control = FillControl(deadline=time.monotonic() + deadline_ms / 1000)
+        engine.fill(InfillRequest(prefix=prefix, suffix=suffix, language="python"), control)
+        return (time.perf_counter() - t) * 1000
 
     t0 = time.perf_counter()
     engine = local_engine(load_model(path, device=device), FillOptions(context_tokens=CONTEXT_TOKENS))
     load_s = time.perf_counter() - t0
-    cold, keystroke = [], []
+    cold: list[float] = []
+    keystroke: list[float] = []
     for prefix, suffix, typed in sample_cases():
         engine.reset()
-        t = time.perf_counter()
-        engine.fill(InfillRequest(prefix=prefix + typed[0], suffix=suffix, language="python"))
-        cold.append((time.perf_counter() - t) * 1000)
-        for k in range(2, len(typed) + 1):
-            t = time.perf_counter()
-            engine.fill(InfillRequest(prefix=prefix + typed[:k], suffix=suffix, language="python"))
-            keystroke.append((time.perf_counter() - t) * 1000)
+        cold.append(timed(prefix + typed[0], suffix))
+        keystroke.extend(timed(prefix + typed[:k], suffix) for k in range(2, len(typed) + 1))
     engine.close()
     return Timing(
         keystroke_p50_ms=round(statistics.median(keystroke), 1),
@@ -128,7 +132,7 @@ def cmd_models(args: argparse.Namespace) -> int:
         if args.measure is not None and (not args.measure or e.name in args.measure) and e.problem is None:
             sys.stderr.write(f"measuring {e.name} on {key} ...\n")
             try:
-                write_timing(e.path, key, measure(e.path, args.device))
+                write_timing(e.path, key, measure(e.path, args.device, args.target_ms))
             except EngineError as exc:
                 sys.stderr.write(f"{e.name}: {exc}\n")
     entries = scan(folder, key)
