@@ -315,13 +315,13 @@ def evaluate_dir(
     kinds: tuple[str, ...] = KINDS,
 ) -> dict[str, Any]:
     """The report: one entry per kind, the baseline's under "baseline", pass@1 under
-    "function_body" (when `functions` > 0)."""
+    "function_body" (when `functions` > 0), each fill's confidence and outcome under
+    "fills" and their calibration under "calibration"."""
     files = load_files(data)
-    texts = [t for _, t in files]
     local = engine.generator
     assert isinstance(local, LocalGenerator), "the held-out eval runs a local model"
     base = sampler or local.default_sampler()
-    rng = random.Random(seed)
+    texts, rng = [t for _, t in files], random.Random(seed)
     report: dict[str, Any] = {"data": str(data), "files": len(files), "seed": seed}
     runs: dict[str, dict[str, tuple[list[Task], list[Outcome]]]] = {"diffusion": {}, "baseline": {}, "empty": {}}
     one_by_one: Strategy = "autoregressive" if local.den.info.autoregressive else "left_to_right"
@@ -342,20 +342,52 @@ def evaluate_dir(
     for kind in kinds:
         run_kind(kind, draw_tasks(engine, texts, kind, tasks, rng, canvas_tokens))
 
-    mined: list[passk.DoctestFunction] = []
-    kept: list[passk.DoctestFunction] = []
-    checked = 0
+    mined, kept, checked = _doctested(files, functions, seed, timeout)
     if functions > 0:
-        mined = passk.mine(files, MAX_BODY_CHARS)
-        random.Random(seed).shuffle(mined)
-        kept, checked = passk.keep_passing(mined, functions, timeout)
-        canvas = canvas_tokens or MULTI_LINE_BUDGET
-        fn_tasks = [
-            Task(fn.prefix, fn.middle, fn.suffix, canvas, False, engine.generator.count_tokens(fn.middle) + 1 <= canvas)
-            for fn in kept
-        ]
-        run_kind("function_body", fn_tasks)
+        run_kind("function_body", _function_tasks(engine, kept, canvas_tokens or MULTI_LINE_BUDGET))
 
+    _summaries(report, runs, kinds, kept, baseline, timeout)
+    report["fills"] = scored_fills(runs["diffusion"])
+    report["calibration"] = calibration.calibrate(
+        {k: [calibration.Scored(**f) for f in v] for k, v in report["fills"].items()}
+    )
+    if functions > 0:
+        counts = {"functions_mined": len(mined), "functions_checked": checked, "functions_kept": len(kept)}
+        report["function_body"] = {**report.get("function_body", {"tasks": 0}), **counts}
+    report["setup"] = _setup(local, base, use_drafter, fit_canvas, context_tokens, canvas_tokens, timeout)
+    report["setup"]["baseline"] = f"{one_by_one}, one token per step, drafter off" if baseline else None
+    return report
+
+
+def _doctested(
+    files: list[tuple[Path, str]], functions: int, seed: int, timeout: float
+) -> tuple[list[passk.DoctestFunction], list[passk.DoctestFunction], int]:
+    """(functions mined, at most `functions` of them whose doctests pass with their body
+    and fail without it, how many were checked); nothing when `functions` is 0."""
+    if functions <= 0:
+        return [], [], 0
+    mined = passk.mine(files, MAX_BODY_CHARS)
+    random.Random(seed).shuffle(mined)
+    kept, checked = passk.keep_passing(mined, functions, timeout)
+    return mined, kept, checked
+
+
+def _function_tasks(engine: Engine, kept: list[passk.DoctestFunction], canvas: int) -> list[Task]:
+    """The doctested functions' bodies as tasks on a `canvas`-token budget."""
+    count = engine.generator.count_tokens
+    return [Task(fn.prefix, fn.middle, fn.suffix, canvas, False, count(fn.middle) + 1 <= canvas) for fn in kept]
+
+
+def _summaries(
+    report: dict[str, Any],
+    runs: dict[str, dict[str, tuple[list[Task], list[Outcome]]]],
+    kinds: tuple[str, ...],
+    kept: list[passk.DoctestFunction],
+    baseline: bool,
+    timeout: float,
+) -> None:
+    """Each run's figures per kind into `report` (the diffusion run's at its top, the
+    others under their names), single_line and all among them, pass@1 for function_body."""
     for name, by_kind in runs.items():
         if name == "baseline" and not baseline:
             continue
@@ -372,16 +404,19 @@ def evaluate_dir(
         all_tasks = [t for k in kinds for t in by_kind[k][0]]
         all_outs = [o for k in kinds for o in by_kind[k][1]]
         out["all"] = summarize(all_tasks, all_outs)
-    report["fills"] = scored_fills(runs["diffusion"])
-    report["calibration"] = calibration.calibrate(
-        {k: [calibration.Scored(**f) for f in v] for k, v in report["fills"].items()}
-    )
-    if functions > 0:
-        report["function_body"] = report.get("function_body", {"tasks": 0})
-        report["function_body"].update(
-            {"functions_mined": len(mined), "functions_checked": checked, "functions_kept": len(kept)}
-        )
-    report["setup"] = {
+
+
+def _setup(
+    local: LocalGenerator,
+    base: SamplerConfig,
+    use_drafter: bool | None,
+    fit_canvas: bool | None,
+    context_tokens: int | None,
+    canvas_tokens: int | None,
+    timeout: float,
+) -> dict[str, Any]:
+    """What the run was: the model, the decoding and the budgets."""
+    return {
         "model": str(local.model.path),
         "backend": local.model.backend,
         "strategy": base.strategy,
@@ -393,11 +428,10 @@ def evaluate_dir(
         "context_tokens": context_tokens or local.defaults.get("context_tokens"),
         "canvas_tokens": canvas_tokens
         or {"single_line": SINGLE_LINE_BUDGET, "random_span": PROSE_BUDGET, "block_body": MULTI_LINE_BUDGET},
-        "baseline": f"{one_by_one}, one token per step, drafter off" if baseline else None,
+        "baseline": None,
         "empty": "an empty middle: the floor",
         "doctest_timeout_s": timeout,
     }
-    return report
 
 
 def scored_fills(by_kind: dict[str, tuple[list[Task], list[Outcome]]]) -> dict[str, list[dict[str, Any]]]:
