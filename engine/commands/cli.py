@@ -442,6 +442,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="at most this many doctested functions for pass@1 (0: none; default 200)",
     )
     e.add_argument("--timeout", type=float, default=10.0, help="seconds per doctest run (default 10)")
+    e.add_argument(
+        "--kinds", help="only these task kinds, comma-separated (e.g. lines,rest_of_line; default: every kind)"
+    )
     e.add_argument("--table", action="store_true", help="print a markdown table instead of the JSON")
     e.add_argument("--output", type=Path, help="also write the JSON report to this file")
     e.set_defaults(func=_lazy("engine.evaluation.cli", "cmd_eval"))

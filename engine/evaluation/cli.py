@@ -9,6 +9,7 @@ import sys
 
 from engine.commands.cli import engine_from_args, sampler_from_args
 from engine.denoisers.loading import load_model
+from engine.errors import InputError
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -25,7 +26,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from engine.evaluation.heldout import evaluate_dir, markdown_table
+    from engine.evaluation.heldout import KINDS, evaluate_dir, markdown_table
+
+    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip()) if args.kinds else KINDS
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or not kinds:
+        raise InputError(f"--kinds: unknown {', '.join(unknown) or 'none given'}; choose from {', '.join(KINDS)}")
 
     engine = engine_from_args(args)
     report = evaluate_dir(
@@ -41,6 +47,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         baseline=args.baseline,
         functions=args.functions,
         timeout=args.timeout,
+        kinds=kinds,
     )
     text = json.dumps(report, indent=2) + "\n"
     if args.output:

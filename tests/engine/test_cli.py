@@ -294,6 +294,20 @@ def test_eval_prints_json_or_a_table(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert report["function_body"]["functions_kept"] == 1 and report["baseline"]["function_body"]["tasks"] == 1
 
 
+def test_eval_runs_only_the_kinds_asked_for(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "heldout"
+    data.mkdir()
+    shutil.copy(SAMPLE, data / "inventory.py")
+    args = ("eval", "--data", str(data), "--tasks", "2", "--functions", "0", "--no-baseline")
+    code, out, err = run_cli(capsys, *args, "--kinds", "lines, rest_of_line")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["lines"]["tasks"] == report["rest_of_line"]["tasks"] == 2
+    assert "block_body" not in report and "random_span" not in report
+    code, out, err = run_cli(capsys, *args, "--kinds", "lines,nope")
+    assert code == 2 and "nope" in err and "rest_of_line" in err and out == ""
+
+
 def test_eval_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(capsys, "eval", "--data", str(tmp_path / "missing"), "--tasks", "1")
     assert code == 2 and "eval data directory not found" in err and err.count("\n") == 1 and out == ""
