@@ -374,7 +374,14 @@ def _make_engine(settings: Settings) -> tuple[Engine, str]:
         )
         return remote_engine(config, options), f"{settings.endpoint} ({settings.dialect})"
     path, why = _model_path(settings)
-    model = load_model(path, settings.backend, settings.device, settings.quantization)
+    try:
+        model = load_model(path, settings.backend, settings.device, settings.quantization)
+    except EngineError as exc:
+        if not why:  # the model the user named: its error is theirs to see
+            raise
+        # a model the folder offered that no longer loads here: the shipped one instead
+        log.warning("%s did not load (%s); using the shipped model", path, exc)
+        model, why = load_model(None, settings.backend, settings.device, settings.quantization), ""
     return local_engine(model, options), f"{model.path} ({model.backend} backend{why})"
 
 

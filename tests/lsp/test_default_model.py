@@ -39,3 +39,14 @@ def test_the_best_measured_model_is_the_default(tmp_path: Path, monkeypatch: pyt
     where = serving({"deadlineMs": 4000})
     assert str(copy) in where and "3000 ms a keystroke" in where
     assert str(DEFAULT_MODEL_DIR) in serving({"deadlineMs": 4000, "backend": "onnx"})  # a backend chosen: as before
+
+
+def test_a_measured_model_that_no_longer_loads_gives_way_to_the_shipped_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(DEFAULT_MODEL_DIR, broken)
+    write_timing(broken, machine_key("cpu"), Timing(keystroke_p50_ms=100, cold_p50_ms=300, load_s=1, when="x"))
+    (broken / "denoise.onnx").write_bytes(b"not a graph")  # measured, then spoiled
+    monkeypatch.setenv("DIFFUSION_LSP_MODELS", str(tmp_path))
+    assert str(DEFAULT_MODEL_DIR) in serving({})
