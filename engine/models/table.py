@@ -108,7 +108,8 @@ def choose(model_type: object, backend: str = AUTO, quantization: str = NO_QUANT
         )
     chosen = wanted or found
     if quantization not in chosen.quantizations:
-        takers = " and ".join(sorted({r.kind for r in TABLE if quantization in r.quantizations}))
+        kinds = sorted({r.kind for r in TABLE if quantization in r.quantizations})
+        takers = ", ".join(kinds[:-1]) + f" and {kinds[-1]}" if len(kinds) > 1 else "".join(kinds)
         raise ModelLoadError(
             f"quantization {quantization!r} is for {takers} checkpoints; {where} is {chosen.a_kind} "
             f"checkpoint (backend {chosen.name} takes: {', '.join(chosen.quantizations)})"

@@ -90,7 +90,7 @@ def test_a_device_too_small_gets_a_setting_that_fits(checkpoint: Path, monkeypat
 def test_quantization_is_refused_where_it_does_not_apply(checkpoint: Path, tiny_model_dir: Path) -> None:
     with pytest.raises(ModelLoadError, match="unknown quantization"):
         load_model(checkpoint, quantization="2bit")
-    with pytest.raises(ModelLoadError, match="for DiffusionGemma and Dream, Qwen2 or Llama checkpoints"):
+    with pytest.raises(ModelLoadError, match="for DiffusionGemma, Dream, Qwen2 or Llama and LLaDA checkpoints"):
         load_model(tiny_model_dir, quantization="4bit")
 
 

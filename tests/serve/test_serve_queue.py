@@ -51,8 +51,10 @@ def test_a_full_queue_answers_429_with_retry_after_and_loses_nothing(gated: Any)
     server, gen, gate, pool = gated
     running_one = pool.submit(post, server, fill_body("first"))
     until(lambda: gen.prefixes == ["first"], "the first fill to start")
-    queued = [pool.submit(post, server, fill_body(f"q{i}")) for i in range(2)]
-    until(lambda: server.metric("diffusion_serve_queue_depth") == 2, "two queued")
+    queued = []
+    for i in range(2):  # one after the other, so that the queue's order is known
+        queued.append(pool.submit(post, server, fill_body(f"q{i}")))
+        until(lambda n=i + 1: server.metric("diffusion_serve_queue_depth") == n, f"{i + 1} queued")
     refused = post(server, fill_body("one too many"))
     assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
     assert refused.json()["error"]["type"] == "rate_limit_error"

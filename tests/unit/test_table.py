@@ -35,7 +35,12 @@ def test_auto_takes_the_first_row_that_loads_the_model_type() -> None:
         ("bert", "dream", "none", "is not a Dream, Qwen2 or Llama checkpoint"),
         ("bert", "auto", "none", "unknown model_type 'bert'"),
         (None, "auto", "none", "unknown model_type None"),
-        ("diffusion_coder", "auto", "4bit", "quantization '4bit' is for DiffusionGemma and Dream, Qwen2 or Llama"),
+        (
+            "diffusion_coder",
+            "auto",
+            "4bit",
+            "quantization '4bit' is for DiffusionGemma, Dream, Qwen2 or Llama and LLaDA checkpoints",
+        ),
         ("qwen2", "auto", "2bit", "unknown quantization '2bit'"),
         ("qwen2", "gguf", "none", "unknown backend 'gguf'"),
     ],
