@@ -47,6 +47,8 @@ from engine.errors import EngineError
 from engine.fill import Engine, FillControl, FillOptions, InfillRequest
 from engine.local.generator import local_engine
 from engine.models.folder import default_model
+from engine.models.table import AUTO as AUTO_BACKEND
+from engine.models.table import NO_QUANTIZATION
 from engine.remote.generator import CHARS_PER_TOKEN, CONTEXT_CHARS, RemoteConfig, remote_engine
 from engine.spans import Document, Language, Span, fill_holes_jointly, language_for
 from lsp_server.settings import AUTO, Settings
@@ -392,7 +394,7 @@ def _model_path(settings: Settings) -> tuple[Path | None, str]:
     shipped model (None)."""
     if settings.model:
         return Path(settings.model), ""
-    if settings.backend != "auto" or settings.quantization != "none":
+    if settings.backend != AUTO_BACKEND or settings.quantization != NO_QUANTIZATION:
         return None, ""
     chosen = default_model(settings.deadline_ms, settings.device)
     if chosen is None or chosen.timing is None:

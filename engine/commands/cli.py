@@ -33,6 +33,7 @@ from engine.decoding import STRATEGIES, SamplerConfig
 from engine.denoisers.loading import load_model
 from engine.errors import EngineError, InputError
 from engine.models.directory import DEFAULT_MODEL_DIR
+from engine.models.folder import DEFAULT_DEADLINE_MS
 from engine.models.table import BACKENDS, QUANTIZATIONS
 from engine.spans import language_for
 from fill_server.config import DEFAULT_HOST, DEFAULT_MAX_BODY, DEFAULT_PORT, DEFAULT_QUEUE
@@ -556,7 +557,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ms.add_argument("--device", default="cpu", help="where to measure and what the times hold for (cpu, cuda)")
     ms.add_argument(
-        "--target-ms", type=_int_in(1), default=2000, help="the keystroke fill time the default must meet (deadlineMs)"
+        "--target-ms",
+        type=_int_in(1),
+        default=DEFAULT_DEADLINE_MS,
+        help="the keystroke fill time the default must meet (deadlineMs)",
     )
     ms.add_argument("--json", action="store_true", help="print JSON")
     ms.set_defaults(func=_lazy("engine.commands.models", "cmd_models"))

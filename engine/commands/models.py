@@ -22,13 +22,20 @@ from pathlib import Path
 
 from engine.errors import EngineError
 from engine.models.directory import decoding_defaults
-from engine.models.folder import Entry, Timing, default_model, machine_key, models_folder, scan, write_timing
+from engine.models.folder import (
+    DEFAULT_DEADLINE_MS,
+    Entry,
+    Timing,
+    best,
+    machine_key,
+    models_folder,
+    scan,
+    write_timing,
+)
 
 SAMPLE = ("email", "_header_value_parser.py")  # in every CPython's standard library
 POSITIONS = 3
 KEYS = 4  # the first is the cold fill, the others keystrokes
-CONTEXT_TOKENS = 1024  # the server's default contextTokens
-DEFAULT_TARGET_MS = 2000  # the server's default deadlineMs
 # a line that starts a statement (not a comment, a docstring's text or a continuation)
 _STATEMENT = re.compile(r"(?:return|if|for|while|raise|yield) |[A-Za-z_][\w.]*\s*(?:=|\()")
 
@@ -55,12 +62,12 @@ def sample_cases(positions: int = POSITIONS, keys: int = KEYS) -> list[tuple[str
     return out
 
 
-def measure(path: Path, device: str = "cpu", deadline_ms: int = DEFAULT_TARGET_MS) -> Timing:
+def measure(path: Path, device: str = "cpu", deadline_ms: int = DEFAULT_DEADLINE_MS) -> Timing:
     """Load the model and time its fills (see the module), each under the deadline the
     server gives it (a fill past it returns with its first line finished, as there)."""
     from engine.denoisers.loading import load_model
     from engine.fill import FillControl, FillOptions, InfillRequest
-    from engine.local.generator import local_engine
+    from engine.local.generator import DEFAULT_CONTEXT_TOKENS, local_engine
 
     def timed(prefix: str, suffix: str) -> float:
         t = time.perf_counter()
@@ -69,7 +76,7 @@ def measure(path: Path, device: str = "cpu", deadline_ms: int = DEFAULT_TARGET_M
         return (time.perf_counter() - t) * 1000
 
     t0 = time.perf_counter()
-    engine = local_engine(load_model(path, device=device), FillOptions(context_tokens=CONTEXT_TOKENS))
+    engine = local_engine(load_model(path, device=device), FillOptions(context_tokens=DEFAULT_CONTEXT_TOKENS))
     load_s = time.perf_counter() - t0
     cold: list[float] = []
     keystroke: list[float] = []
@@ -128,15 +135,16 @@ def cmd_models(args: argparse.Namespace) -> int:
     folder = models_folder(args.dir)
     key = machine_key(args.device)
     entries = scan(folder, key)
-    for e in entries:
-        if args.measure is not None and (not args.measure or e.name in args.measure) and e.problem is None:
-            sys.stderr.write(f"measuring {e.name} on {key} ...\n")
-            try:
-                write_timing(e.path, key, measure(e.path, args.device, args.target_ms))
-            except EngineError as exc:
-                sys.stderr.write(f"{e.name}: {exc}\n")
-    entries = scan(folder, key)
-    chosen = default_model(args.target_ms, args.device, {"DIFFUSION_LSP_MODELS": str(folder)})
+    if args.measure is not None:
+        for e in entries:
+            if (not args.measure or e.name in args.measure) and e.problem is None:
+                sys.stderr.write(f"measuring {e.name} on {key} ...\n")
+                try:
+                    write_timing(e.path, key, measure(e.path, args.device, args.target_ms))
+                except EngineError as exc:
+                    sys.stderr.write(f"{e.name}: {exc}\n")
+        entries = scan(folder, key)  # with the new times
+    chosen = best(entries, args.target_ms)
     rows = [_row(e, chosen) for e in entries]
     if args.json:
         json.dump({"folder": str(folder), "machine": key, "target_ms": args.target_ms, "models": rows}, sys.stdout)

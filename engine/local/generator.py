@@ -241,10 +241,7 @@ class LocalGenerator:
             return self.tok.encode(rest)[:c], True
         use_drafter = opts.use_drafter if opts.use_drafter is not None else bool(self.defaults.get("drafter", True))
         if use_drafter:
-            sp = self.tok.special
-            ctx = [*prompt.suffix, sp.prefix, *prompt.prefix]  # a marker between them: no n-gram spans both
-            stops = (sp.suffix, sp.prefix, sp.middle, sp.pad, sp.eof)
-            return drafter.propose(ctx, list(prompt.prefix), c, stops), False
+            return self._lookup(prompt, c)([], c), False
         return [], False
 
     def _lookup(self, prompt: Prompt, most: int) -> Callable[[list[int], int], list[int]]:

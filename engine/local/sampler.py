@@ -392,6 +392,15 @@ class Steering:
             text = text or token not in self.blanks
         return None
 
+    def ended_by_echo(self, row: np.ndarray, upto: int, info: DenoiserInfo) -> bool:
+        """Whether a one-token row's first `upto` tokens end where it began to repeat the
+        suffix (`echo`); if so, that end written in place: end-of-fill there, padding after."""
+        if self.echo is None or (keep := self.echo(row[:upto])) is None:
+            return False
+        row[keep] = info.eof_id
+        row[keep + 1 : upto] = info.pad_id
+        return True
+
     def show(self, step: int, argmax_canvas: Any, canvas: Any) -> None:
         """Tell the observer, if there is one, what step `step` left."""
         if self.on_step is not None:
@@ -891,9 +900,7 @@ def _one_token_row(
             tokens[r, i] = info.eof_id
             break
         tokens[r, i] = tok
-        if steer.echo is not None and (keep := steer.echo(tokens[r, : i + 1])) is not None:
-            tokens[r, keep] = info.eof_id  # the rest of the row is padding already
-            tokens[r, keep + 1 : i + 1] = info.pad_id
+        if steer.ended_by_echo(tokens[r], i + 1, info):
             break
         if i == length - 1 or tok in steer.stop_after:
             break

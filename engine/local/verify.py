@@ -254,10 +254,7 @@ class _Row:
             return False
         rnd.new.append(tok)
         self.out[pos] = tok
-        echo = self.run.steer.echo
-        if echo is not None and (keep := echo(self.out[: pos + 1])) is not None:
-            self.out[keep] = info.eof_id  # the fill repeats the suffix from here: it ends
-            self.out[keep + 1 : pos + 1] = info.pad_id
+        if self.run.steer.ended_by_echo(self.out, pos + 1, info):
             rnd.done = True
             return False
         if tok in self.run.steer.stop_after or pos == len(self.out) - 1:

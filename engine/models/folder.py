@@ -26,6 +26,7 @@ from engine.models.table import AUTO, choose
 
 MODELS_ENV = "DIFFUSION_LSP_MODELS"  # the models folder
 TIMING_FILE = "diffusion-lsp-timing.json"
+DEFAULT_DEADLINE_MS = 2000  # the server's default deadlineMs: the keystroke time a default model must meet
 LOW_BITS = ("int4", "4bit")  # quantizations that cost quality: chosen after wider ones of the same size
 
 
@@ -107,7 +108,6 @@ class Entry:
     model_type: str | None
     backend: str | None  # the backend `auto` loads it with; None: not loadable
     quantization: str
-    size_bytes: int
     parameters: int | None  # estimated from config.json's shape
     timing: Timing | None  # measured on this machine
     problem: str | None = None  # why it cannot be used
@@ -115,6 +115,11 @@ class Entry:
     @property
     def name(self) -> str:
         return self.path.name
+
+    @property
+    def size_bytes(self) -> int:
+        """What its files hold (walked when asked: the server's choice does not need it)."""
+        return _size(self.path)
 
 
 def scan(folder: Path, key: str) -> list[Entry]:
@@ -125,17 +130,16 @@ def scan(folder: Path, key: str) -> list[Entry]:
 
 
 def entry(path: Path, key: str) -> Entry:
-    size = _size(path)
     try:
         cfg = read_config(path)
         model_type = cfg.get("model_type")
         backend = choose(model_type, AUTO, where=str(path / CONFIG_FILE)).name
     except ModelLoadError as exc:
-        return Entry(path, None, None, "none", size, None, None, str(exc))
+        return Entry(path, None, None, "none", None, None, str(exc))
     own = cfg.get("diffusion_lsp")
     own = own if isinstance(own, dict) else {}
     quant = str(own.get("quantization", "none"))
-    return Entry(path, str(model_type), backend, quant, size, parameters(cfg), read_timing(path, key))
+    return Entry(path, str(model_type), backend, quant, parameters(cfg), read_timing(path, key))
 
 
 def _size(path: Path) -> int:

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pytest
 
 from engine.decoding import SamplerConfig
 from engine.denoisers.base import DenoiserInfo, EncodedContext
@@ -70,20 +69,6 @@ class ResizingFake:
 
             return TorchRandomSource(seed)
         return NumpyRandomSource(seed)
-
-
-def _libs() -> list[str]:
-    try:
-        import torch  # noqa: F401
-
-        return ["numpy", "torch"]
-    except ImportError:
-        return ["numpy"]
-
-
-@pytest.fixture(params=_libs())
-def lib(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 ONE_AT_A_TIME = SamplerConfig(strategy="fixed_k", k=1, max_steps=64)

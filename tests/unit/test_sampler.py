@@ -84,20 +84,6 @@ class FakeDenoiser:
         return NumpyRandomSource(seed)
 
 
-def _libs() -> list[str]:
-    try:
-        import torch  # noqa: F401
-
-        return ["numpy", "torch"]
-    except ImportError:
-        return ["numpy"]
-
-
-@pytest.fixture(params=_libs())
-def lib(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 def sample(den: FakeDenoiser, cfg: SamplerConfig, b: int = 1, **steer: Any) -> tuple[Any, list[np.ndarray]]:
     rng = den.random_source(cfg.seed)
     canvas = initial_canvas(den, b, den.logits.shape[0], rng)
@@ -347,7 +333,6 @@ def test_a_row_that_stops_early_keeps_no_mask(lib: str) -> None:
     assert MASK not in res.tokens.tolist()[0]
 
 
-@pytest.mark.parametrize("lib", _libs())
 def test_min_tokens_bars_end_of_fill_before_it(lib: str) -> None:
     """A model sure the fill is empty (end-of-fill first) gives an empty fill, unless
     min_tokens asks for at least that many tokens: then the next likeliest ones."""
