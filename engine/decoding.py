@@ -47,6 +47,10 @@ class SamplerConfig:
     draft_confidence: float = 0.5  # a drafted token is kept if the model's argmax agrees this surely
     end_confidence: float = 0.9  # absorbing: lock padding at the leftmost position this sure of it
     min_tokens: int = 0  # the fill has at least this many tokens (end-of-fill and padding barred before)
+    # semi-autoregressive blocks (absorbing regime): the canvas decoded in blocks of this
+    # many positions, in order, each within its share of the steps (engine/local/sampler.py);
+    # None: the canvas is one block
+    block_length: int | None = None
     seed: int | None = None
     # "verified" (engine/local/verify.py): drafts the one-token mode keeps where it agrees,
     # from the canvas (`draft_strategy` in `draft_steps` passes) or copied from the context
@@ -73,6 +77,8 @@ class SamplerConfig:
             raise ValueError(f"stability_threshold must be >= 0; got {self.stability_threshold}")
         if self.min_tokens < 0:
             raise ValueError(f"min_tokens must be >= 0; got {self.min_tokens}")
+        if self.block_length is not None and self.block_length < 1:
+            raise ValueError(f"block_length must be >= 1 (or None: one block); got {self.block_length}")
         if self.draft_strategy not in STRATEGIES or self.draft_strategy in ONE_TOKEN_STRATEGIES:
             raise ValueError(f"draft_strategy must be a canvas strategy; got {self.draft_strategy!r}")
         if self.draft_steps < 1:

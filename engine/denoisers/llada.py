@@ -47,7 +47,8 @@ unshifted, no prefix token is run with it). There is no one-token mode.
 
 Decoding. The checkpoint's default strategy is `low_confidence`, LLaDA's published order
 (engine/local/sampler.py: the masks left spread evenly over the steps left, the most
-probable first), over the canvas as one block.
+probable first), over the canvas as one block, or in semi-autoregressive blocks where
+generation_config.json (`block_length`) or config.json's defaults set a block length.
 """
 
 from __future__ import annotations

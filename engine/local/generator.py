@@ -194,6 +194,7 @@ class LocalGenerator:
             "t_min",
             "drafts",
             "draft_tokens",
+            "block_length",
         )
         changes = {k: d[k] for k in keys if k in d}
         own = d.get("multiline_strategy") if multiline else None

@@ -47,12 +47,25 @@ The canvas loop, step by step (`run`):
   3. divide by the step's temperature (linear schedule from t_max down to t_min);
   4. draw the denoiser canvas (sampled, or argmax when greedy) and the argmax canvas;
   5. the strategy picks which positions to accept (entropy bound, confidence
-     threshold, fixed k, or one token left to right);
+     threshold, fixed k, low_confidence, or one token left to right), within the row's
+     block (`_Blocks`: with cfg.block_length, LLaDA's semi-autoregressive blocks);
   6. update the canvas by the regime's rule (lock / accept-and-renoise);
   7. for a model that changes its canvas's length (DreamOn's <|expand|> and <|delete|>),
      apply the length change the step decided (engine/local/resize.py, the one mechanism
      for canvases that change length: the length head's sizing before step 0 is one too);
   8. stop a row when it is fully locked (absorbing) or stable and confident.
+
+Blocks (cfg.block_length; the absorbing regime): the canvas is cut into blocks of that
+many positions, decoded in order: a row's masks are open to the strategy only in its
+first block that still has any, which gets max_steps // blocks steps (LLaDA's generate:
+`low_confidence` spreads the block's masks over them) and whose last step takes what is
+left of it. Blocks count from the canvas's start, or, for a denoiser whose model's own
+blocks are fixed by sequence positions (`SequenceBlocks`: block-causal attention), from
+its sequence's start, so that they fall within the model's; such a denoiser also names
+the positions whose prediction no mask can change any more (a shifted model's first
+position of a block once the blocks before it are complete: an autoregressive next
+token), and a row takes those first, alone, as Fast-dLLM v2's generation does. Without
+block_length the canvas is one block and nothing is forced.
 """
 
 from __future__ import annotations
@@ -60,7 +73,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import array_api_compat
 import numpy as np
@@ -138,13 +151,14 @@ def select_positions(
     ent: Any,
     conf: Any,
     open_: Any,
-    remaining: int = 1,
+    remaining: Any = 1,
 ) -> Any:
     """Which open positions to accept this step: (B, C) bool.
 
     `ent` and `conf` are the per-position entropy and top probability (B, C); `open_`
     marks positions the strategy may choose; `remaining` counts the steps left, this one
-    included (`low_confidence` spreads the open positions over them). Every strategy
+    included, for all rows (an int) or per row ((B, 1), each >= 1: the steps left in the
+    row's block); `low_confidence` spreads the open positions over them. Every strategy
     accepts at least one open position per row, so the absorbing loop always progresses.
     """
     xp = array_api_compat.array_namespace(ent)
@@ -167,7 +181,8 @@ def select_positions(
         # as spread the open positions evenly over the steps left (ceil(open / left) is
         # its get_num_transfer_tokens count at every step: base + 1 for the first
         # `remainder` steps, then base)
-        k = (n_open + (remaining - 1)) // max(remaining, 1)
+        left = max(remaining, 1) if isinstance(remaining, int) else remaining
+        k = (n_open + (left - 1)) // left
         masked = xp.where(open_, -conf, _NOT_OPEN)
     elif strategy == "confidence":
         k = xp.sum(xp.astype(xp.logical_and(open_, conf >= cfg.confidence_threshold), xp.int64), axis=-1, keepdims=True)
@@ -470,9 +485,10 @@ def run(
         raise ValueError(f"the {cfg.strategy} strategy decodes through {loop}, not a canvas")
     xp = array_api_compat.array_namespace(canvas)
     regime, st, stopper, draft, edits = _setup(denoiser, canvas, cfg, rng, fixed, draft, steer)
+    blocks = _Blocks(denoiser, state, st.canvas, cfg)
     reason: StopReason = "max_steps"
     steps = 0
-    for step in range(cfg.max_steps):
+    for step in range(blocks.steps):
         # 1. cancel and deadline, checked between steps
         if (stop := steer.stopped()) is not None:
             reason = stop
@@ -484,9 +500,10 @@ def run(
         st.row_steps = st.row_steps + xp.astype(xp.logical_not(st.finished), xp.int64)
         # 3-4. temperature, the denoiser canvas (sampled, or argmax when greedy), and each
         # position's entropy and log-probabilities
-        sc = regime.score(logits, cfg.temperature(cfg.max_steps - step), st.canvas, st.locked, st.finished)
-        # 5. which positions to accept
-        accept, pred = _accepted(regime, sc, st, draft if step == 0 else None, cfg.max_steps - step)
+        sc = regime.score(logits, cfg.temperature(max(cfg.max_steps - step, 1)), st.canvas, st.locked, st.finished)
+        # 5. which positions to accept: within each row's block
+        window = blocks.window(regime.open(st.locked), st.canvas)
+        accept, pred = _accepted(regime, sc, st, draft if step == 0 else None, window)
         # 6. update the canvas
         st.update(regime, accept, pred, sc)
         # 7. a length change the step's decisions make (DreamOn's), then stopping
@@ -531,20 +548,100 @@ def _setup(
     return regime, st, stopper, draft, edits
 
 
-def _accepted(regime: _Regime, sc: _Scores, st: _CanvasState, draft: Any | None, remaining: int = 1) -> tuple[Any, Any]:
-    """Step 5 of `run`: (the positions to accept, the tokens they take): the strategy's
-    pick (`remaining`: the steps left, this one included), then the regime's own rule; on
-    the first step (`draft` given) also the drafts the model agrees with, confidently
-    (they are verified in this one pass)."""
+def _accepted(regime: _Regime, sc: _Scores, st: _CanvasState, draft: Any | None, window: _Window) -> tuple[Any, Any]:
+    """Step 5 of `run`: (the positions to accept, the tokens they take), within each row's
+    block (`window`): the strategy's pick (over the steps left in the block), then the
+    regime's own rule; at a block's last step, all that is left of it; on the first step
+    (`draft` given) also the drafts the model agrees with, confidently (they are verified
+    in this one pass). A row whose block holds settled positions takes those alone."""
     xp, cfg = regime.xp, regime.cfg
-    open_ = regime.open(st.locked)
+    open_ = xp.logical_and(regime.open(st.locked), window.inside)
     choosable = regime.choosable(open_, sc)
-    accept = select_positions(cfg.strategy, cfg, sc.ent, xp.exp(sc.top_lp), choosable, remaining)
+    accept = select_positions(cfg.strategy, cfg, sc.ent, xp.exp(sc.top_lp), choosable, window.remaining)
     accept, pred = regime.decide(accept, sc, open_)
+    if window.last is not None:
+        accept = xp.logical_or(accept, xp.logical_and(open_, window.last))
     if draft is not None:
         agree = xp.logical_and(pred == st.canvas, xp.exp(sc.pred_lp) >= cfg.draft_confidence)
-        accept = xp.logical_or(accept, xp.logical_and(draft, agree))
+        accept = xp.logical_or(accept, xp.logical_and(xp.logical_and(draft, window.inside), agree))
+    if window.lead is not None:
+        accept = xp.where(xp.any(window.lead, axis=-1, keepdims=True), window.lead, accept)
     return accept, pred
+
+
+@runtime_checkable
+class SequenceBlocks(Protocol):
+    """A denoiser whose model's attention blocks are fixed by positions in its sequence
+    (block-causal models: Fast-dLLM v2, SDAR). The canvas loop counts its blocks from the
+    sequence's start, not the canvas's, so that they fall within the model's, and takes a
+    position whose prediction can no longer change first, alone."""
+
+    def canvas_start(self, state: EncodedContext) -> int:
+        """Positions of the model's sequence before the canvas (what `state` lays out)."""
+        ...
+
+    def settled(self, state: EncodedContext, canvas: Any) -> Any:
+        """(B, C) bool: positions whose logits no mask in `canvas` can change (a shifted
+        model's first position of a block, once the blocks before it are complete)."""
+        ...
+
+
+@dataclass
+class _Window:
+    """Where one step of `run` may accept positions (`_Blocks.window`): each row's block
+    (B, C), the steps left in it, this one included (B, 1), whether this is its last
+    ((B, 1); None without blocks: nothing is forced), and the settled positions in it to
+    take alone ((B, C); None when the denoiser has none)."""
+
+    inside: Any
+    remaining: Any
+    last: Any | None
+    lead: Any | None
+
+
+class _Blocks:
+    """The canvas's semi-autoregressive blocks (cfg.block_length, the absorbing regime):
+    blocks of that many positions, counted from the canvas's start (LLaDA's generate) or,
+    for a `SequenceBlocks` denoiser, from its sequence's start; a row decodes only in its
+    first block with open positions, which has max_steps // blocks steps (at least one),
+    its last taking whatever is left of it. Without blocks the canvas is one block of
+    max_steps steps and nothing is forced (the loop ends; what is left takes the argmax)."""
+
+    def __init__(self, denoiser: Denoiser, state: EncodedContext, canvas: Any, cfg: SamplerConfig) -> None:
+        xp = array_api_compat.array_namespace(canvas)
+        self.xp, self.dev, self.den, self.state = xp, array_api_compat.device(canvas), denoiser, state
+        self.settles = isinstance(denoiser, SequenceBlocks)
+        blocked = cfg.block_length is not None and denoiser.info.regime == "absorbing"
+        self.length = cfg.block_length if blocked else None
+        self.phase = 0
+        if self.length is not None and self.settles:
+            self.phase = int(denoiser.canvas_start(state)) % self.length  # type: ignore[attr-defined]
+        n = 1 if self.length is None else -(-(self.phase + int(canvas.shape[-1])) // self.length)
+        self.per_block = max(1, cfg.max_steps // n)
+        self.steps = cfg.max_steps if self.length is None else self.per_block * n
+        self.current: Any | None = None  # (B, 1) each row's block
+        self.spent = xp.zeros((int(canvas.shape[0]), 1), dtype=xp.int64, device=self.dev)  # steps in it
+
+    def window(self, open_: Any, canvas: Any) -> _Window:
+        """This step's window (a row's block is its first with open positions); counts the step."""
+        xp = self.xp
+        idx = xp.arange(open_.shape[-1], device=self.dev)
+        if self.length is None:
+            inside, cur = xp.ones_like(open_), xp.zeros_like(self.spent)
+        else:
+            first = xp.min(xp.where(open_, idx, open_.shape[-1]), axis=-1, keepdims=True)  # (B, 1)
+            cur = (first + self.phase) // self.length
+            inside = (idx + self.phase) // self.length == cur
+        if self.current is not None:
+            self.spent = xp.where(cur == self.current, self.spent, 0)
+        self.current = cur
+        remaining = xp.clip(self.per_block - self.spent, 1, None)
+        self.spent = self.spent + 1
+        lead = None
+        if self.settles:
+            settled = self.den.settled(self.state, canvas)  # type: ignore[attr-defined]
+            lead = xp.logical_and(settled, xp.logical_and(open_, inside))
+        return _Window(inside, remaining, None if self.length is None else remaining == 1, lead)
 
 
 @dataclass

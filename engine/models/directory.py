@@ -23,7 +23,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from engine.errors import ModelLoadError
 from engine.models.tokenizer import Tokenizer
@@ -135,9 +135,13 @@ DG_SPECIAL_TOKENS: dict[str, str] = {
 GENERATION_FILE = "generation_config.json"
 # A diffusion checkpoint's generation_config.json names its decoding by its family's fields:
 # Dream's generate() (steps, alg, temperature), LLaDA's (steps, block_length, remasking),
-# Fast-dLLM v2's and SDAR's (block_size, threshold). Only a file with one of these is read:
-# an autoregressive checkpoint's temperature is for its chat sampling, not for a canvas.
-DIFFUSION_FIELDS = ("steps", "diffusion_steps", "alg", "remasking", "block_length", "block_size")
+# Fast-dLLM v2's (block_size, small_block_size, threshold), SDAR's (block_length). Only a
+# file with one of these is read: an autoregressive checkpoint's temperature is for its
+# chat sampling, not for a canvas.
+DIFFUSION_FIELDS = ("steps", "diffusion_steps", "alg", "remasking", "block_length", "block_size", "small_block_size")
+# the block the canvas is decoded in, first found: Fast-dLLM v2's sub-block (its blocks of
+# block_size are decoded in sub-blocks of small_block_size), LLaDA's and SDAR's block_length
+BLOCK_FIELDS = ("small_block_size", "block_length", "block_size")
 # their unmasking orders that are ours: the same positions first; how many a step is ours
 ALGORITHMS = {"entropy": "entropy_bound", "maskgit_plus": "confidence", "low_confidence": "confidence"}
 
@@ -163,23 +167,24 @@ class Decoding:
 def decoding_defaults(path: Path) -> Decoding:
     """The decoding defaults in `path`'s generation_config.json (none when the file is
     absent, unreadable, or not a diffusion model's): steps -> max_steps, temperature
-    (> 0) -> t_max and t_min, alg or remasking -> strategy where the order is ours;
-    the block length is read and shown (the canvas is one block)."""
+    (> 0) -> t_max and t_min, alg or remasking -> strategy where the order is ours, the
+    block length (`BLOCK_FIELDS`) -> block_length (the canvas decoded block after block),
+    threshold (in (0, 1]) -> confidence_threshold."""
     try:
         raw = json.loads((path / GENERATION_FILE).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return Decoding()
     if not isinstance(raw, dict) or not any(k in raw for k in DIFFUSION_FIELDS):
         return Decoding()
-    fields = ("steps", "diffusion_steps", "block_length", "block_size", "alg", "remasking", "temperature", "threshold")
+    fields = ("steps", "diffusion_steps", *BLOCK_FIELDS, "alg", "remasking", "temperature", "threshold")
     read = {k: raw[k] for k in fields if raw.get(k) is not None}
     defaults: dict[str, Any] = {}
     notes: list[str] = []
     steps = read.get("steps", read.get("diffusion_steps"))
-    if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 1:
+    if _count(steps):
         defaults["max_steps"] = steps
     temperature = read.get("temperature")
-    if isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature > 0:
+    if _number(temperature) and temperature > 0:
         defaults["t_max"] = defaults["t_min"] = float(temperature)
     alg = read.get("alg", read.get("remasking"))
     if isinstance(alg, str):
@@ -187,11 +192,23 @@ def decoding_defaults(path: Path) -> Decoding:
             defaults["strategy"] = ALGORITHMS[alg]
         else:
             notes.append(f"{alg!r} is not an order this engine decodes in: its strategy is kept")
-    if "block_length" in read or "block_size" in read:
-        notes.append("the block length is shown, not used: a fill's canvas is one block")
-    if "threshold" in read:
-        notes.append("the threshold is shown, not used")
+    block = next((read[k] for k in BLOCK_FIELDS if k in read), None)
+    if _count(block):
+        defaults["block_length"] = block
+    threshold = read.get("threshold")
+    if _number(threshold) and 0 < threshold <= 1:
+        defaults["confidence_threshold"] = float(threshold)
     return Decoding(read, defaults, tuple(notes))
+
+
+def _count(value: object) -> TypeGuard[int]:
+    """A positive int (not a bool) read from a JSON file."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _number(value: object) -> TypeGuard[float]:
+    """A number (not a bool) read from a JSON file."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 # A Qwen2 or Llama config.json whose checkpoint was trained for diffusion (an open diffusion

@@ -175,7 +175,17 @@ def test_a_bos_in_config_is_the_start_and_generation_config_sets_the_steps(tmp_p
     root = llada_checkpoint.write(tmp_path / "ck", shards=1, bos_token_id=0, generation=gen)
     model = load_model(root)
     assert model.denoiser.layout.start == 0
-    assert model.defaults == {"max_steps": 16, "strategy": "low_confidence"}
+    assert model.defaults == {"max_steps": 16, "block_length": 16, "strategy": "low_confidence"}
+    assert local_engine(model).generator.default_sampler().block_length == 16  # type: ignore[attr-defined]
+
+
+def test_a_fill_in_blocks_through_the_engine(loaded: Any) -> None:
+    from dataclasses import replace
+
+    model = replace(loaded, defaults={**loaded.defaults, "block_length": 3, "max_steps": 8})
+    engine = local_engine(model, FillOptions(canvas_tokens=9, use_drafter=False))
+    r = engine.fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX))
+    assert r.candidates and 1 <= r.steps <= 6  # 3 blocks of 8 // 3 = 2 steps each
 
 
 # ----------------------------------------------------------------------------- LLaDA's generate(), written out
@@ -244,12 +254,10 @@ class KnownDenoiser:
         return np.asarray(values)
 
 
-@pytest.mark.parametrize(("length", "steps", "seed"), [(12, 12, 0), (10, 4, 1), (16, 5, 2), (7, 32, 3), (9, 1, 4)])
-def test_low_confidence_unmasks_in_lladas_order(length: int, steps: int, seed: int) -> None:
-    want, final = reference_generate(length, steps, block_length=length, seed=seed)
+def unmasked_each_step(cfg: SamplerConfig, length: int, seed: int) -> tuple[list[set[int]], Any]:
+    """The positions the sampler unmasks at each step on `known_logits`, and its result."""
     den = KnownDenoiser(seed)
     seen: list[np.ndarray] = []
-    cfg = SamplerConfig(strategy="low_confidence", max_steps=steps)
     steer = sampler.Steering(on_step=lambda view: seen.append(np.asarray(view.canvas)[0].copy()))
     canvas = np.full((1, length), MASK, dtype=np.int64)
     result = sampler.run(den, den.encode(None), canvas, cfg, NumpyRandomSource(0), steer=steer)
@@ -257,8 +265,45 @@ def test_low_confidence_unmasks_in_lladas_order(length: int, steps: int, seed: i
     got = [
         {int(j) for j in np.flatnonzero((old == MASK) & (new != MASK))} for old, new in zip(before, seen, strict=True)
     ]
+    return got, result
+
+
+@pytest.mark.parametrize(
+    ("length", "steps", "block", "seed"),
+    [
+        (12, 12, None, 0),
+        (10, 4, None, 1),
+        (16, 5, None, 2),
+        (7, 32, None, 3),
+        (9, 1, None, 4),
+        # semi-autoregressive blocks (generate()'s block_length): steps // blocks a block
+        (16, 8, 4, 5),
+        (12, 6, 4, 6),
+        (32, 8, 8, 7),
+        (20, 20, 5, 8),
+        (12, 3, 4, 9),
+    ],
+)
+def test_low_confidence_unmasks_in_lladas_order(length: int, steps: int, block: int | None, seed: int) -> None:
+    want, final = reference_generate(length, steps, block_length=block or length, seed=seed)
+    cfg = SamplerConfig(strategy="low_confidence", max_steps=steps, block_length=block)
+    got, result = unmasked_each_step(cfg, length, seed)
     assert got == want
     assert result.tokens[0].tolist() == final.tolist() and result.stop_reason == "complete"
+
+
+@pytest.mark.parametrize("strategy", ["entropy_bound", "confidence", "fixed_k", "left_to_right"])
+def test_every_strategy_decodes_block_after_block_within_its_share(strategy: str) -> None:
+    """Blocks are the sampler's, not low_confidence's: a block's masks are unmasked only once
+    the blocks before it are done, each within steps // blocks steps (its last step takes
+    what is left of it)."""
+    cfg = SamplerConfig(strategy=strategy, max_steps=6, block_length=5, confidence_threshold=0.99)  # type: ignore[arg-type]
+    got, result = unmasked_each_step(cfg, 15, seed=10)
+    assert len(got) <= 6 and result.stop_reason == "complete"
+    blocks = [{j // 5 for j in step} for step in got]
+    assert all(len(b) == 1 for b in blocks)  # one block a step
+    order = [b.pop() for b in blocks]
+    assert order == sorted(order) and [order.count(k) for k in range(3)] == [2, 2, 2]
 
 
 def test_other_strategies_unmask_in_another_order() -> None:

@@ -27,7 +27,13 @@ def _dir(root: Path, gen: Any, name: str = "m") -> Path:
     ("gen", "defaults"),
     [
         (DREAM, {"max_steps": 128, "t_max": 0.2, "t_min": 0.2, "strategy": "entropy_bound"}),
-        (LLADA, {"max_steps": 128, "strategy": "confidence"}),  # temperature 0: greedy, our default
+        (LLADA, {"max_steps": 128, "block_length": 32, "strategy": "confidence"}),  # temperature 0: greedy
+        # Fast-dLLM v2's generate(): blocks of 32 decoded in sub-blocks of 8 over a threshold
+        (
+            {"block_size": 32, "small_block_size": 8, "threshold": 0.9},
+            {"block_length": 8, "confidence_threshold": 0.9},
+        ),
+        ({"block_size": 4, "threshold": 1.5}, {"block_length": 4}),  # no threshold above 1
         ({"alg": "maskgit_plus", "diffusion_steps": 64}, {"max_steps": 64, "strategy": "confidence"}),
         ({"alg": "origin", "steps": 16}, {"max_steps": 16}),  # random order: not ours
         ({"steps": 0, "temperature": -1, "alg": 3}, {}),  # nonsense is not taken
@@ -49,7 +55,7 @@ def test_what_is_not_used_is_said(tmp_path: Path) -> None:
     assert llada.read["block_length"] == 32
     line = llada.describe()
     assert line.startswith("generation_config.json: steps 128, block_length 32, remasking low_confidence")
-    assert "-> max_steps 128, strategy confidence" in line and "block length is shown, not used" in line
+    assert "-> max_steps 128, strategy confidence, block_length 32" in line
     origin = decoding_defaults(_dir(tmp_path, {"alg": "origin", "steps": 8}, "origin"))
     assert "'origin' is not an order this engine decodes in" in origin.describe()
     assert decoding_defaults(tmp_path / "absent").describe() == ""
