@@ -27,6 +27,10 @@ class Candidate:
     # the confidence's parts (`scored`), from whatever source gave log-probabilities; None: none did
     mean_logprob: float | None = None  # mean log-probability per token, end-of-fill included
     min_logprob: float | None = None  # the least likely token's log-probability, end-of-fill included
+    # the per-token log-probabilities both were made from (floored at LOGPROB_FLOOR): one per token of
+    # the fill as the model wrote it, end-of-fill's last when it ended there; a cut (the syntax check)
+    # keeps them, as it keeps the confidence; `diffusion-infill serve` returns them (fill_server.logprobs)
+    token_logprobs: list[float] | None = None
 
     @property
     def mean_confidence(self) -> float:
@@ -42,11 +46,12 @@ class Candidate:
 
 def scored(cand: Candidate, logprobs: Sequence[float]) -> Candidate:
     """`cand` with its confidence from its tokens' log-probabilities (`logprobs`: one per
-    token, end-of-fill's last when the fill ended there); unchanged when there are none."""
+    token, end-of-fill's last when the fill ended there), which it keeps as
+    `token_logprobs`; unchanged when there are none."""
     if not logprobs:
         return cand
     lp = [max(LOGPROB_FLOOR, float(x)) for x in logprobs]
-    return replace(cand, mean_logprob=sum(lp) / len(lp), min_logprob=min(lp))
+    return replace(cand, mean_logprob=sum(lp) / len(lp), min_logprob=min(lp), token_logprobs=lp)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ The mapping, in one place (docs/serve.md, "What the fields do"):
 - `stop` strings cut each candidate after the engine (not included, as OpenAI does).
 - `t_max_predict_ms` is a deadline from the fill's start; `min_tokens` bars the end
   of the fill before that many tokens; `seed` seeds the sampled candidates.
+- `logprobs` / `n_probs`: each choice's tokens' log-probabilities, the engine's own
+  (fill_server.logprobs), cut where its stop string cut the text.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 from engine.decoding import CANDIDATE_TEMPERATURE
 from engine.fill import Engine, FillControl, InfillRequest, InfillResult
 from engine.spans import language_for
+from fill_server.logprobs import TokenLogprobs, token_logprobs
 from fill_server.schema import FillAsk
 
 LENGTH_STOPS = frozenset({"max_steps", "deadline"})  # the engine stopped before the fill ended
@@ -43,6 +46,7 @@ class Outcome:
     fill_s: float = 0.0
     warnings: list[str] = field(default_factory=list)
     error: str | None = None
+    logprobs: list[TokenLogprobs | None] | None = None  # per choice, when asked (None in it: the engine gave none)
 
     def extension(self) -> dict[str, Any]:
         """What the engine says beyond OpenAI's fields (the replies' `diffusion` object)."""
@@ -108,12 +112,15 @@ def run_fill(engine: Engine, ask: FillAsk, control: FillControl) -> Outcome:
 def outcome_of(engine: Engine, ask: FillAsk, result: InfillResult, seconds: float) -> Outcome:
     texts: list[str] = []
     finish: list[str] = []
+    logprobs: list[TokenLogprobs | None] = []
     for cand in result.candidates[: ask.n] or []:
         text, stopped = cut_at_stop(cand.text, ask.stop)
         if text in texts:  # a stop string can make two candidates the same
             continue
         texts.append(text)
         finish.append("stop" if stopped or result.stop_reason not in LENGTH_STOPS else "length")
+        if ask.logprobs is not None:
+            logprobs.append(token_logprobs(cand, engine.generator.tokenizer, text, top=ask.logprobs > 0))
     if not texts:
         texts, finish = [""], ["length" if result.stop_reason in LENGTH_STOPS else "stop"]
     warnings = list(result.warnings)
@@ -132,4 +139,5 @@ def outcome_of(engine: Engine, ask: FillAsk, result: InfillResult, seconds: floa
         fill_s=seconds,
         warnings=warnings,
         error=result.error,
+        logprobs=(logprobs or [None]) if ask.logprobs is not None else None,
     )

@@ -14,7 +14,9 @@ early could not be taken back. A client that wants to watch the fill form asks f
 `drafts`: each draft is then an event with the whole text so far in `draft` (and no
 `text`/`content`, so a client that reads only those sees nothing of it).
 Every reply carries the engine's own account in a `diffusion` object (span, steps,
-stop reason, fill time, warnings).
+stop reason, fill time, warnings). Asked for (`logprobs`, `n_probs`), each choice carries
+its tokens' log-probabilities: OpenAI's legacy `logprobs` object, or llama.cpp's
+`completion_probabilities` (fill_server.logprobs), in the event with its text.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import time
 import uuid
 from typing import Any
 
+from fill_server import logprobs
 from fill_server.filling import Outcome
 from fill_server.schema import Dialect
 
@@ -46,14 +49,18 @@ def _head(dialect: Dialect, rid: str, model: str, chunk: bool) -> dict[str, Any]
     return {"id": rid, "object": kind, "created": int(time.time()), "model": model}
 
 
-def _choice(dialect: Dialect, i: int, text: str, finish: str | None, chunk: bool) -> dict[str, Any]:
-    choice: dict[str, Any] = {"index": i, "text": text, "finish_reason": finish, "logprobs": None}
+def _choice(dialect: Dialect, o: Outcome, i: int, chunk: bool) -> dict[str, Any]:
+    text = o.texts[i]
+    lp = logprobs.openai(o.logprobs[i]) if o.logprobs is not None else None
+    choice: dict[str, Any] = {"index": i, "text": text, "finish_reason": o.finish[i], "logprobs": lp}
     if dialect == "fim":
         choice["delta" if chunk else "message"] = {"role": "assistant", "content": text}
     return choice
 
 
 def _infill(o: Outcome, i: int, model: str) -> dict[str, Any]:
+    lp = o.logprobs[i] if o.logprobs is not None else None
+    probs = {"completion_probabilities": logprobs.llama(lp)} if lp is not None else {}
     return {
         "index": i,
         "content": o.texts[i],
@@ -63,6 +70,7 @@ def _infill(o: Outcome, i: int, model: str) -> dict[str, Any]:
         "tokens_predicted": o.completion_tokens if len(o.texts) == 1 else None,
         "tokens_evaluated": o.prompt_tokens,
         "truncated": False,
+        **probs,
         "diffusion": o.extension(),
     }
 
@@ -72,7 +80,7 @@ def whole(dialect: Dialect, o: Outcome, model: str, rid: str) -> Any:
     if dialect == "infill":
         items = [_infill(o, i, model) for i in range(len(o.texts))]
         return items[0] if len(items) == 1 else items
-    choices = [_choice(dialect, i, t, f, chunk=False) for i, (t, f) in enumerate(zip(o.texts, o.finish, strict=True))]
+    choices = [_choice(dialect, o, i, chunk=False) for i in range(len(o.texts))]
     return {
         **_head(dialect, rid, model, chunk=False),
         "choices": choices,
@@ -86,8 +94,8 @@ def final_events(dialect: Dialect, o: Outcome, model: str, rid: str) -> list[Any
     if dialect == "infill":
         return [_infill(o, i, model) for i in range(len(o.texts))]
     events: list[Any] = [
-        {**_head(dialect, rid, model, chunk=True), "choices": [_choice(dialect, i, t, f, chunk=True)]}
-        for i, (t, f) in enumerate(zip(o.texts, o.finish, strict=True))
+        {**_head(dialect, rid, model, chunk=True), "choices": [_choice(dialect, o, i, chunk=True)]}
+        for i in range(len(o.texts))
     ]
     events[-1] = {**events[-1], "usage": _usage(o), "diffusion": o.extension()}
     return [*events, "[DONE]"]

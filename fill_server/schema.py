@@ -7,7 +7,9 @@ names it, as OpenAI refuses one, unless the server runs with --allow-unknown-fie
 Every parser checks the JSON type and range and raises a 400 naming the field; nothing
 here reads a file, a path or a URL: `filename` only names a language by its extension.
 
-Extensions to the OpenAI and llama.cpp forms (docs/serve.md): `language` (an LSP language
+`logprobs` (OpenAI's legacy integer) and llama.cpp's `n_probs` ask for the tokens'
+log-probabilities (fill_server.logprobs). Extensions to the OpenAI and llama.cpp forms
+(docs/serve.md): `language` (an LSP language
 id or name) or `filename` choose the span by the tree-sitter rules; `drafts` streams the
 canvas as it locks; `min_tokens` (Mistral's) bars the end of the fill before that many
 tokens.
@@ -30,6 +32,7 @@ MAX_STOP_CHARS = 256  # ... each at most this long
 MAX_EXTRA_FILES = 64  # llama.cpp's input_extra chunks
 MAX_NAME_CHARS = 1024  # a file or language name, a user or document key
 MAX_DEADLINE_MS = 600_000
+MAX_LOGPROBS = 5  # OpenAI's limit for `logprobs`; the engine keeps no alternatives, so any k lists the chosen token
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class FillAsk:
     seed: int | None = None
     extra_files: tuple[tuple[str, str], ...] = ()  # llama.cpp's input_extra: (filename, text)
     deadline_ms: int | None = None  # llama.cpp's t_max_predict_ms: stop with what there is
+    logprobs: int | None = None  # OpenAI's logprobs, llama.cpp's n_probs: return the tokens' (None: not asked)
 
 
 # ------------------------------------------------------------------ field parsers
@@ -163,7 +167,7 @@ OPENAI: dict[str, Parser] = {
     "suffix": _text_or_none,
     "max_tokens": _int(1, MAX_TOKENS),
     "echo": _default_only(False, "the prompt is not echoed"),
-    "logprobs": _default_only(None, "no log-probabilities"),
+    "logprobs": _int(0, MAX_LOGPROBS),
     "best_of": _default_only(1, "no server-side best-of"),
 }
 FIELDS: dict[Dialect, dict[str, Parser]] = {
@@ -178,6 +182,7 @@ FIELDS: dict[Dialect, dict[str, Parser]] = {
         "n_predict": _int(-1, MAX_TOKENS),  # -1: no limit of the client's (the span's budget)
         "max_tokens": _int(1, MAX_TOKENS),
         "t_max_predict_ms": _int(0, MAX_DEADLINE_MS),
+        "n_probs": _int(0, MAX_LOGPROBS),  # 0: none (llama.cpp's meaning)
     },
 }
 # sent by the clients docs/serve.md names (Continue, Zed, minuet-ai.nvim, llama.vscode,
@@ -201,7 +206,6 @@ IGNORED: dict[Dialect, frozenset[str]] = {
             "id_slot",
             "repeat_penalty",
             "repeat_last_n",
-            "n_probs",
             "presence_penalty",
             "frequency_penalty",
             "dry_multiplier",
@@ -240,8 +244,9 @@ def fill_ask(body: Any, dialect: Dialect, allow_unknown: bool = False) -> FillAs
         budget = f["max_tokens"] if f["n_predict"] in (None, -1) else f["n_predict"]
         if budget == 0:
             raise bad_request("'n_predict' must be -1 or at least 1", "n_predict")
+        logprobs = f["n_probs"] or None
     else:
-        prefix, suffix, budget = f["prompt"], f["suffix"], f["max_tokens"]
+        prefix, suffix, budget, logprobs = f["prompt"], f["suffix"], f["max_tokens"], f["logprobs"]
     if f["min_tokens"] is not None and budget is not None and f["min_tokens"] > budget:
         raise bad_request("'min_tokens' is more than the fill's budget", "min_tokens")
     seed = f.get("random_seed") if f["seed"] is None else f["seed"]
@@ -261,6 +266,7 @@ def fill_ask(body: Any, dialect: Dialect, allow_unknown: bool = False) -> FillAs
         seed=seed,
         extra_files=f.get("input_extra", ()),
         deadline_ms=f.get("t_max_predict_ms"),
+        logprobs=logprobs,
     )
 
 

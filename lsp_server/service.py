@@ -51,7 +51,7 @@ from engine.models.table import AUTO as AUTO_BACKEND
 from engine.models.table import NO_QUANTIZATION
 from engine.remote.generator import CHARS_PER_TOKEN, CONTEXT_CHARS, RemoteConfig, remote_engine
 from engine.spans import Document, Language, Span, fill_holes_jointly, language_for
-from lsp_server.settings import AUTO, Settings
+from lsp_server.settings import AUTO, LOGPROBS_SWITCH, Settings
 
 log = logging.getLogger(__name__)
 
@@ -370,6 +370,7 @@ def _make_engine(settings: Settings) -> tuple[Engine, str]:
             model=settings.remote_model,
             path=settings.endpoint_path,
             api_key_env=settings.api_key_env,
+            logprobs=LOGPROBS_SWITCH[settings.logprobs],
             timeout_s=settings.request_timeout_ms / 1000,
             verify_tls=settings.tls_verify,
             context_chars=settings.context_tokens * CHARS_PER_TOKEN if settings.context_tokens else CONTEXT_CHARS,

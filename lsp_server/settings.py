@@ -44,6 +44,7 @@ class Settings:
     remote_model: str | None = None  # the served model's name
     endpoint_path: str | None = None  # None: the dialect's path
     api_key_env: str | None = None  # the environment variable holding the API key (never the key)
+    logprobs: str = "auto"  # ask the endpoint for log-probabilities (a fill's confidence): auto, on, off
     request_timeout_ms: int = 10000
     tls_verify: bool = True
 
@@ -59,6 +60,7 @@ ENGINE_FIELDS = (
     "remote_model",
     "endpoint_path",
     "api_key_env",
+    "logprobs",
     "request_timeout_ms",
     "tls_verify",
 )
@@ -66,6 +68,10 @@ ENGINE_FIELDS = (
 
 def engine_changed(old: Settings, new: Settings) -> bool:
     return any(getattr(old, f) != getattr(new, f) for f in ENGINE_FIELDS)
+
+
+# the `logprobs` setting as the remote engine takes it (RemoteConfig.logprobs; None: the dialect's default)
+LOGPROBS_SWITCH: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
 
 
 # "threshold": `auto` (the model's value) or a number in minimum..maximum
@@ -273,6 +279,18 @@ OPTIONS: tuple[Option, ...] = (
             " key itself never goes in a settings file or a log."
         ),
         unset="no key",
+        remote=True,
+    ),
+    Option(
+        "logprobs",
+        "logprobs",
+        "string",
+        choices=tuple(LOGPROBS_SWITCH),
+        description=(
+            "Ask the endpoint for the tokens' log-probabilities, which give a remote fill its confidence"
+            " (minConfidence then holds back unsure ghost text, docs/confidence.md). `auto`: on for `llama-infill`"
+            " and `vllm`, off for `openai-fim` (hosted FIM endpoints refuse the field); `chat` never asks."
+        ),
         remote=True,
     ),
     Option(

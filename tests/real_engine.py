@@ -8,13 +8,15 @@ Every block's output projections are zero and every token embeds to the same vec
 the logits do not depend on the prompt: only x and y have high logits (x the highest),
 so a greedy fill is x repeated, a sampled one a string of x and y, and it never writes
 end-of-sequence: a fill runs to the budget it is given. Its fills are valid UTF-8 and
-parse as identifiers. ``width`` sets the model's size, and so the time one token costs
+parse as identifiers; `letter_logprobs` is each letter's log-probability under those
+fixed logits, which the engine's reported log-probabilities must equal. ``width`` sets the model's size, and so the time one token costs
 (the cancellation tests want a slow one).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import socket
 import time
 import urllib.request
@@ -34,29 +36,48 @@ CHATML = (
 )
 
 
+TOP_LOGIT, OTHER_LOGIT = 6.0, -8.0  # the first letter's logit (each next one 1 lower), every other token's
+
+
+def vocabulary(fim: bool = True, vocab_letters: str = "xy") -> tuple[list[str], dict[str, int], dict[str, int]]:
+    """(the tokens, the FIM tokens' ids, the letters' ids): unk, bos, eos, FIM tokens, 256
+    byte tokens, then a few letters."""
+    tokens: list[str] = ["<unk>", "<s>", "</s>"]
+    fim_ids: dict[str, int] = {}
+    for name in (FIM_PRE, FIM_SUF, FIM_MID) if fim else ():  # (llama.cpp finds FIM tokens by their text too)
+        fim_ids[name] = len(tokens)
+        tokens.append(name)
+    tokens += [f"<0x{b:02X}>" for b in range(256)]
+    letter_ids = {}
+    for ch in vocab_letters + " \u2581":
+        if ch not in tokens:
+            letter_ids[ch] = len(tokens)
+            tokens.append(ch)
+    return tokens, fim_ids, letter_ids
+
+
+def letter_logprobs(fim: bool = True, vocab_letters: str = "xy") -> dict[str, float]:
+    """Each letter's log-probability, the same after any prompt: the model's logits are
+    fixed (TOP_LOGIT for the first letter, one less for each next, OTHER_LOGIT for every
+    other token), so this is their log-softmax, as an engine that reports log-probabilities
+    must give it."""
+    tokens, _, letter_ids = vocabulary(fim, vocab_letters)
+    logits = {ch: TOP_LOGIT - i for i, ch in enumerate(vocab_letters)}
+    others = len(tokens) - len(logits)
+    log_z = math.log(sum(math.exp(v) for v in logits.values()) + others * math.exp(OTHER_LOGIT))
+    return {ch: v - log_z for ch, v in logits.items()}
+
+
 def write_gguf(
     path: Path, *, width: int = 64, layers: int = 1, fim: bool = True, vocab_letters: str = "xy", chat: bool = True
 ) -> Path:
     """A tiny llama GGUF at `path` (see the module's docstring)."""
     import gguf
 
-    # vocabulary: unk, bos, eos, FIM tokens, 256 byte tokens, then a few letters
-    tokens: list[str] = ["<unk>", "<s>", "</s>"]
-    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
-    fim_ids: dict[str, int] = {}
-    for name in (FIM_PRE, FIM_SUF, FIM_MID) if fim else ():  # (llama.cpp finds FIM tokens by their text too)
-        fim_ids[name] = len(tokens)
-        tokens.append(name)
-        types.append(gguf.TokenType.CONTROL)
-    for b in range(256):
-        tokens.append(f"<0x{b:02X}>")
-        types.append(gguf.TokenType.BYTE)
-    letter_ids = {}
-    for ch in vocab_letters + " \u2581":
-        if ch not in tokens:
-            letter_ids[ch] = len(tokens)
-            tokens.append(ch)
-            types.append(gguf.TokenType.NORMAL)
+    tokens, fim_ids, letter_ids = vocabulary(fim, vocab_letters)
+    control = {"<unk>": gguf.TokenType.UNKNOWN, "<s>": gguf.TokenType.CONTROL, "</s>": gguf.TokenType.CONTROL}
+    control.update(dict.fromkeys(fim_ids, gguf.TokenType.CONTROL))
+    types = [control.get(t, gguf.TokenType.BYTE if t.startswith("<0x") else gguf.TokenType.NORMAL) for t in tokens]
     vocab = len(tokens)
     scores = [0.0] * vocab
     for i, ch in enumerate(vocab_letters):
@@ -105,9 +126,9 @@ def write_gguf(
         w.add_tensor(f"blk.{i}.ffn_down.weight", np.zeros((width, 2 * width), dtype=f32))
     w.add_tensor("output_norm.weight", np.ones(width, dtype=f32))
     # logits = output @ norm(ones) = the row sums / sqrt-free constant: x highest, y next, the rest far below
-    out = np.full((vocab, width), -8.0 / width, dtype=f32)
+    out = np.full((vocab, width), OTHER_LOGIT / width, dtype=f32)
     for i, ch in enumerate(vocab_letters):
-        out[letter_ids[ch]] = (6.0 - 1.0 * i) / width
+        out[letter_ids[ch]] = (TOP_LOGIT - 1.0 * i) / width
     w.add_tensor("output.weight", out)
     w.write_header_to_file()
     w.write_kv_data_to_file()

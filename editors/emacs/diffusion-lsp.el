@@ -225,6 +225,16 @@ settings file or a log.
 A string; nil: no key."
   :type '(choice (const :tag "No key" nil) string))
 
+(defcustom diffusion-lsp-logprobs nil
+  "Ask the endpoint for the tokens' log-probabilities, which give a
+remote fill its confidence (minConfidence then holds back unsure ghost
+text, docs/confidence.md).  `auto': on for `llama-infill' and `vllm',
+off for `openai-fim' (hosted FIM endpoints refuse the field); `chat'
+never asks.
+One of \"auto\", \"on\", \"off\"; nil: the server's default (\"auto\")."
+  :type '(choice (const :tag "Server default" nil)
+                 (const "auto") (const "on") (const "off")))
+
 (defcustom diffusion-lsp-request-timeout-ms nil
   "Wait (ms) for the endpoint to connect and for each piece of its reply.
 An integer in 100..600000; nil: the server's default (10000)."
@@ -257,6 +267,7 @@ booleans are always sent."
                  (:remoteModel . ,diffusion-lsp-remote-model)
                  (:endpointPath . ,diffusion-lsp-endpoint-path)
                  (:apiKeyEnv . ,diffusion-lsp-api-key-env)
+                 (:logprobs . ,diffusion-lsp-logprobs)
                  (:requestTimeoutMs . ,diffusion-lsp-request-timeout-ms)
                  (:tlsVerify . ,(if diffusion-lsp-tls-verify t :json-false)))))
     (cl-loop for (key . value) in pairs when value append (list key value))))

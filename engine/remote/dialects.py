@@ -1,9 +1,10 @@
 """What each inference server speaks: one small object per dialect, and the table of them.
 
 A dialect says how a fill is asked for (the request body and the default path), how its
-candidates are read back (a whole reply's JSON, and a streamed event's pieces), what it
-takes (`n` candidates, a `stop`, repository context) and how an answer becomes the fill
-(chat answers are taken apart). It holds no I/O: engine.remote.wire moves the bytes, and
+candidates are read back (a whole reply's JSON, and a streamed event's pieces, each with
+the log-probabilities of its tokens where the server sends them), what it takes (`n`
+candidates, a `stop`, repository context, a field that asks for log-probabilities) and
+how an answer becomes the fill (chat answers are taken apart). It holds no I/O: engine.remote.wire moves the bytes, and
 engine.remote.generator puts the two together. docs/remote.md says what each one sends.
 
 Adding a dialect is one class here and one row in `BY_NAME` (and its name in
@@ -13,14 +14,16 @@ table).
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, ClassVar, Literal, get_args
 
 from engine.decoding import CANDIDATE_TEMPERATURE
 from engine.remote import chat
-from engine.remote.wire import BadReply
+from engine.remote.wire import BadReply, Piece, Written
 
 DialectName = Literal["vllm", "openai-fim", "llama-infill", "chat"]
 CHAT_SLACK_TOKENS = 16  # a chat answer's code fence and language tag, on top of the fill's budget
@@ -44,6 +47,7 @@ class Ask:
     deadline: float | None = None  # time.monotonic() by which the fill must be back
     model: str | None = None  # the served model's name, sent as `model`
     fim_tokens: tuple[str, str, str] = FIM_TOKENS  # suffix, prefix, middle: for a prompt rendered here
+    logprobs: bool = False  # ask for the tokens' log-probabilities (the fill's confidence)
 
     @property
     def stop(self) -> list[str] | None:
@@ -66,6 +70,17 @@ class Dialect:
     takes_stop: ClassVar[bool] = True  # sends `stop` for a one-line span
     takes_extra_files: ClassVar[bool] = False  # sends other files as repository context
     whole_when_all_stopped: ClassVar[bool] = False  # its stream sends no [DONE]
+    # the fields that ask for the tokens' log-probabilities (empty: the dialect never asks),
+    # and whether it asks when the endpoint's switch is left to it (`auto`; docs/confidence.md)
+    logprobs_fields: ClassVar[Mapping[str, Any]] = MappingProxyType({"logprobs": 1})
+    logprobs_by_default: ClassVar[bool] = True
+
+    def asks_logprobs(self, switch: bool | None) -> bool:
+        """Whether a request asks for log-probabilities: as the endpoint's switch says
+        (None: `auto`, the dialect's default), never where the dialect cannot."""
+        if not self.logprobs_fields:
+            return False
+        return self.logprobs_by_default if switch is None else switch
 
     def prompt(self, ask: Ask) -> dict[str, Any]:
         """The fields that carry the code around the cursor."""
@@ -82,6 +97,8 @@ class Dialect:
         body.update(temperature=ask.temperature, stream=True)
         if self.takes_n and ask.n > 1:
             body["n"] = ask.n
+        if ask.logprobs:
+            body.update(self.logprobs_fields)
         body.update(self.options(ask))
         if self.takes_stop and ask.stop:
             body["stop"] = ask.stop
@@ -89,10 +106,10 @@ class Dialect:
             body["model"] = ask.model
         return body
 
-    def texts(self, reply: Any, n: int) -> list[str]:
+    def written(self, reply: Any, n: int) -> list[Written]:
         """The candidates of a whole reply: its `choices`, placed by their `index`."""
         choices = reply.get("choices") if isinstance(reply, dict) else None
-        return _choice_texts(choices, n, self.choice_text)
+        return _choices_written(choices, n, self.choice_text, self.choice_logprobs)
 
     def choice_text(self, choice: Any) -> str | None:
         """A whole reply's choice's text (None: it has none)."""
@@ -102,16 +119,27 @@ class Dialect:
         """A streamed choice's piece of text (None or "": none)."""
         return choice.get("text")
 
-    def pieces(self, chunk: dict[str, Any]) -> Iterator[tuple[int, str, bool]]:
-        """(candidate, text, ended) of one streamed event: its choices, ended at their finish_reason."""
+    def choice_logprobs(self, choice: Any) -> list[float] | None:
+        """A choice's tokens' log-probabilities (a streamed choice's: its own tokens'):
+        OpenAI's `logprobs.token_logprobs` (vLLM's too), or `logprobs.content[].logprob`
+        as llama.cpp's OpenAI route sends them; None: none, or not readable."""
+        lp = choice.get("logprobs") if isinstance(choice, dict) else None
+        if not isinstance(lp, dict):
+            return None
+        if "token_logprobs" in lp:
+            return logprob_values(lp["token_logprobs"])
+        content = lp.get("content")
+        if not isinstance(content, list) or not all(isinstance(e, dict) and "logprob" in e for e in content):
+            return None
+        return logprob_values([e["logprob"] for e in content])
+
+    def pieces(self, chunk: dict[str, Any]) -> Iterator[Piece]:
+        """The pieces of one streamed event: its choices, ended at their finish_reason."""
         for k, c in enumerate(chunk.get("choices") or []):
             if isinstance(c, dict):
                 i = c.get("index", k)
-                yield (
-                    (i if isinstance(i, int) else k),
-                    str(self.delta_text(c) or ""),
-                    c.get("finish_reason") is not None,
-                )
+                text, ended = str(self.delta_text(c) or ""), c.get("finish_reason") is not None
+                yield Piece((i if isinstance(i, int) else k), text, ended, self.choice_logprobs(c))
 
     def answer(self, text: str, ask: Ask) -> str:
         """The fill a candidate's text holds (a draft's too)."""
@@ -128,7 +156,10 @@ class Vllm(Dialect):
 
 
 class OpenAIFim(Dialect):
-    """OpenAI-style FIM: `prompt` and `suffix` (`/v1/completions`, or a hosted FIM path)."""
+    """OpenAI-style FIM: `prompt` and `suffix` (`/v1/completions`, or a hosted FIM path).
+    Hosted FIM endpoints refuse `logprobs`: it is asked for only where the switch says so."""
+
+    logprobs_by_default = False
 
     def prompt(self, ask: Ask) -> dict[str, Any]:
         return {"prompt": ask.prefix, "suffix": ask.suffix}
@@ -137,12 +168,14 @@ class OpenAIFim(Dialect):
 class LlamaInfill(Dialect):
     """llama.cpp's `llama-server` `/infill`: its own fields, repository context, a time
     limit; replies carry `content`, and its stream interleaves the `n` candidates by
-    `index`, each ended by its own `stop`, with no [DONE]."""
+    `index`, each ended by its own `stop`, with no [DONE]. `n_probs` asks for each
+    token's probability (`completion_probabilities`)."""
 
     path = "/infill"
     budget_field = "n_predict"
     takes_extra_files = True
     whole_when_all_stopped = True
+    logprobs_fields = MappingProxyType({"n_probs": 1})
 
     def prompt(self, ask: Ask) -> dict[str, Any]:
         return {
@@ -157,28 +190,43 @@ class LlamaInfill(Dialect):
             options["t_max_predict_ms"] = max(1, int((ask.deadline - time.monotonic()) * 1000))
         return options
 
-    def texts(self, reply: Any, n: int) -> list[str]:
+    def written(self, reply: Any, n: int) -> list[Written]:
         """One object, or a list of them (n > 1), with `content`."""
         items = reply if isinstance(reply, list) else [reply]
         if not items or not all(isinstance(r, dict) and isinstance(r.get("content"), str) for r in items):
             raise BadReply("sent a reply without content")
-        return super().texts(
-            {"choices": [{"index": r.get("index", k), "text": r["content"]} for k, r in enumerate(items)]}, n
+        return super().written(
+            {"choices": [{**r, "index": r.get("index", k), "text": r["content"]} for k, r in enumerate(items)]}, n
         )
 
-    def pieces(self, chunk: dict[str, Any]) -> Iterator[tuple[int, str, bool]]:
+    def choice_logprobs(self, choice: Any) -> list[float] | None:
+        """`completion_probabilities`: each token's `logprob` (llama.cpp's format since
+        late 2024), its `prob` (with `post_sampling_probs`), or, from older builds, the
+        `prob` of the chosen token (`content`) among its `probs`."""
+        probs = choice.get("completion_probabilities") if isinstance(choice, dict) else None
+        if not isinstance(probs, list) or not all(isinstance(e, dict) for e in probs):
+            return None
+        return logprob_values([_llama_logprob(e) for e in probs])
+
+    def pieces(self, chunk: dict[str, Any]) -> Iterator[Piece]:
         i = chunk.get("index", 0)
-        yield (i if isinstance(i, int) else 0), str(chunk.get("content", "")), bool(chunk.get("stop", False))
+        text, ended = str(chunk.get("content", "")), bool(chunk.get("stop", False))
+        yield Piece((i if isinstance(i, int) else 0), text, ended, self.choice_logprobs(chunk))
 
 
 class Chat(Dialect):
     """OpenAI-compatible `/v1/chat/completions`: the fill asked for in words with a hole
     marker (engine.remote.chat), the answer's `message` / streamed `delta` content taken
-    apart to the code for the hole. No `stop`: a chat answer may open with a fence."""
+    apart to the code for the hole. No `stop`: a chat answer may open with a fence. No
+    log-probabilities: the fill is cut out of an answer, whose tokens' are not the fill's."""
 
     path = "/v1/chat/completions"
     budget_slack = CHAT_SLACK_TOKENS
     takes_stop = False
+    logprobs_fields: ClassVar[Mapping[str, Any]] = MappingProxyType({})
+
+    def choice_logprobs(self, choice: Any) -> list[float] | None:
+        return None
 
     def prompt(self, ask: Ask) -> dict[str, Any]:
         return {"messages": chat.messages(ask.prefix, ask.suffix, ask.language, ask.span, ask.single_line)}
@@ -210,17 +258,52 @@ DIALECTS: tuple[DialectName, ...] = tuple(BY_NAME)  # the names, in the order th
 assert set(get_args(DialectName)) == set(BY_NAME), "DialectName and BY_NAME name different dialects"
 
 
-def _choice_texts(choices: Any, n: int, text_of: Callable[[Any], str | None]) -> list[str]:
-    """The first `n` choices' texts, each at its `index` (its place in the list without one)."""
+def _choices_written(
+    choices: Any, n: int, text_of: Callable[[Any], str | None], logprobs_of: Callable[[Any], list[float] | None]
+) -> list[Written]:
+    """The first `n` choices, each at its `index` (its place in the list without one)."""
     if not isinstance(choices, list):
         raise BadReply("sent a reply without choices")
     if not choices:
         raise BadReply("sent no choices")
-    texts = [""] * len(choices)
+    written = [Written("")] * len(choices)
     for k, c in enumerate(choices):
         text = text_of(c)
         if text is None:
             raise BadReply("sent a choice without text")
         i = c.get("index", k)
-        texts[i if isinstance(i, int) and 0 <= i < len(texts) else k] = text
-    return texts[:n]
+        written[i if isinstance(i, int) and 0 <= i < len(written) else k] = Written(text, logprobs_of(c))
+    return written[:n]
+
+
+LOGPROB_SLACK = 1e-3  # a log-probability this far above 0 is rounding (read as 0); further is not one
+
+
+def logprob_values(values: Any) -> list[float] | None:
+    """Log-probabilities as a server sent them: numbers up to 0 (-inf included; a None, a
+    prompt token's that some servers send first, skipped); None when the list holds
+    anything else (a malformed reply gives no confidence, never a fault)."""
+    if not isinstance(values, list):
+        return None
+    out: list[float] = []
+    for v in values:
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int | float) or math.isnan(v) or v > LOGPROB_SLACK:
+            return None
+        out.append(min(0.0, float(v)))
+    return out
+
+
+def _llama_logprob(entry: dict[str, Any]) -> Any:
+    """One `completion_probabilities` entry's log-probability (NaN: none there)."""
+    if "logprob" in entry:
+        return entry["logprob"]
+    prob: Any = entry.get("prob")
+    top = entry.get("probs")
+    if prob is None and isinstance(top, list):  # an older build: the chosen token among the top `probs`
+        chosen = [p.get("prob") for p in top if isinstance(p, dict) and p.get("tok_str") == entry.get("content")]
+        prob = chosen[0] if chosen else None
+    if isinstance(prob, bool) or not isinstance(prob, int | float) or not 0 <= prob <= 1:
+        return math.nan
+    return math.log(prob) if prob > 0 else -math.inf

@@ -10,7 +10,9 @@ This module puts the two halves together for one fill: it cuts the context to it
 budget, asks the configured dialect (engine.remote.dialects: one object per dialect,
 `DIALECTS` their names) for the request body, sends it over the wire
 (engine.remote.wire: the HTTP connection, streaming, cancellation, faults), and turns the
-dialect's reading of the reply into candidates. It keeps the backoff: after an
+dialect's reading of the reply into candidates, each with its confidence from the
+tokens' log-probabilities where the server sent them (engine.candidate.scored; None
+otherwise: docs/confidence.md). It keeps the backoff: after an
 unreachable endpoint, a timeout or a 5xx, requests in the next second (doubling to 30 s)
 get the same message at once, so a dead endpoint is not hammered on every keystroke.
 Faults become a `RemoteError` message and an empty answer.
@@ -21,11 +23,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from engine.candidate import Candidate
+from engine.candidate import Candidate, scored
 from engine.fill import Engine, FillControl, FillLimits, FillOptions, InfillResult, Job
 from engine.models.tokenizer import Tokenizer
 from engine.remote.dialects import BY_NAME, CHAT_SLACK_TOKENS, DIALECTS, FIM_TOKENS, Ask, Dialect, DialectName
-from engine.remote.wire import Backoff, Cancelled, RemoteError, Unreachable, Wire
+from engine.remote.wire import Backoff, Cancelled, Refused, RemoteError, Unreachable, Wire, Written
 
 __all__ = [
     "CHAT_SLACK_TOKENS",
@@ -55,6 +57,9 @@ class RemoteConfig:
     verify_tls: bool = True
     context_chars: int = CONTEXT_CHARS
     fim_tokens: tuple[str, str, str] = FIM_TOKENS
+    # ask for the tokens' log-probabilities (the fills' confidence); None: the dialect's
+    # default (llama-infill and vllm yes, openai-fim no, chat never; docs/remote.md)
+    logprobs: bool | None = None
 
 
 class RemoteGenerator:
@@ -103,7 +108,7 @@ class RemoteGenerator:
             if time.monotonic() < self._backoff.until:  # the same message: the user is told once
                 raise RemoteError(self._backoff.reason)
             ask = self._ask(job)
-            texts = self.wire.post(self._path, self.dialect.body(ask), self.dialect, ask.n, self._control(job, ask))
+            written = self._post(ask, job)
             self._backoff.ok()
         except Cancelled as why:
             result.stop_reason = str(why)
@@ -116,8 +121,29 @@ class RemoteGenerator:
             return result
         finally:
             result.denoise_ms = (time.perf_counter() - t0) * 1000
-        result.candidates = [Candidate(text=self.dialect.answer(t, ask), token_ids=[], confidence=[]) for t in texts]
+        result.candidates = [self._candidate(w, ask) for w in written]
         return result
+
+    def _post(self, ask: Ask, job: Job) -> list[Written]:
+        """The candidates the server writes; a refusal that names the field asking for
+        log-probabilities says how to stop asking."""
+        try:
+            return self.wire.post(self._path, self.dialect.body(ask), self.dialect, ask.n, self._control(job, ask))
+        except Refused as exc:
+            if ask.logprobs and any(name in exc.detail.lower() for name in self.dialect.logprobs_fields):
+                fields = " and ".join(self.dialect.logprobs_fields)
+                raise RemoteError(
+                    f"{exc} (this endpoint refuses {fields}: set the `logprobs` setting to off for it;"
+                    " its fills are then shown without a confidence)"
+                ) from exc
+            raise
+
+    def _candidate(self, written: Written, ask: Ask) -> Candidate:
+        """A candidate from the server's text, with its confidence from the tokens'
+        log-probabilities where it sent them (the dialect's answer keeps none where it
+        changes the text: chat's)."""
+        cand = Candidate(text=self.dialect.answer(written.text, ask), token_ids=[], confidence=[])
+        return scored(cand, written.logprobs or [])
 
     def _ask(self, job: Job) -> Ask:
         req, plan = job.request, job.plan
@@ -134,6 +160,7 @@ class RemoteGenerator:
             deadline=job.control.deadline,
             model=self.cfg.model,
             fim_tokens=self.cfg.fim_tokens,
+            logprobs=self.dialect.asks_logprobs(self.cfg.logprobs),
         )
 
     def _control(self, job: Job, ask: Ask) -> FillControl:

@@ -1,8 +1,9 @@
 """The wire to an inference server: HTTP, streaming, timeouts, TLS, cancellation, faults.
 
 Knows nothing of dialects: a `Reading` (a dialect, engine.remote.dialects) says how a
-reply's JSON becomes candidate texts; this module moves the bytes and maps what goes
-wrong to a message for the user.
+reply's JSON becomes candidates (`Written`: the text, and the tokens' log-probabilities
+where the server sent them); this module moves the bytes and maps what goes wrong to a
+message for the user.
 
 - One kept-alive connection (`Wire`): a warm fill pays no new TCP or TLS handshake; a
   connection the server closed while idle is reopened once, silently.
@@ -13,9 +14,9 @@ wrong to a message for the user.
   sees its client leave (an engine notices that only when it writes, which is why every
   request streams; docs/remote.md has the measurement).
 - Faults become a `RemoteError` with the user's message: refused, DNS, TLS, timeouts,
-  HTTP errors (the server's own message), malformed, cut or oversized replies. Those that
-  ask for a pause (unreachable, timed out, HTTP 5xx) are an `Unreachable`, and `Backoff`
-  is the pause (1 s doubling to 30 s) its owner keeps.
+  HTTP errors (the server's own message; a 4xx is a `Refused`), malformed, cut or
+  oversized replies. Those that ask for a pause (unreachable, timed out, HTTP 5xx) are
+  an `Unreachable`, and `Backoff` is the pause (1 s doubling to 30 s) its owner keeps.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
 from engine.errors import EngineError
@@ -50,6 +51,14 @@ class Unreachable(RemoteError):
     """A fault that asks for a pause before the next request (unreachable, timeout, 5xx)."""
 
 
+class Refused(RemoteError):
+    """The server refused the request (HTTP 4xx); `detail` is its own message."""
+
+    def __init__(self, message: str, status: int, detail: str) -> None:
+        super().__init__(message)
+        self.status, self.detail = status, detail
+
+
 class Cancelled(Exception):
     """The fill was cancelled or ran past its deadline; the reason is "cancelled" or "deadline"."""
 
@@ -58,20 +67,38 @@ class BadReply(Exception):
     """A reply a dialect cannot read; the message follows the endpoint ("sent no choices")."""
 
 
+class Written(NamedTuple):
+    """One candidate as the server wrote it: its text and its tokens' log-probabilities
+    (None: the server sent none, or ones that could not be read)."""
+
+    text: str
+    logprobs: list[float] | None = None
+
+
+class Piece(NamedTuple):
+    """One candidate's part of a streamed event: its text, whether it has ended, and the
+    log-probabilities of the tokens it carries (None: none)."""
+
+    candidate: int  # its index
+    text: str
+    ended: bool
+    logprobs: list[float] | None = None
+
+
 class Reading(Protocol):
-    """How a reply becomes candidate texts (each dialect is one)."""
+    """How a reply becomes candidates (each dialect is one)."""
 
     @property
     def whole_when_all_stopped(self) -> bool:
         """Whether a stream is whole when every candidate has stopped (it sends no [DONE])."""
         ...
 
-    def texts(self, reply: Any, n: int) -> list[str]:
+    def written(self, reply: Any, n: int) -> list[Written]:
         """The candidates of a whole (non-streamed) reply's JSON; BadReply if it has none."""
         ...
 
-    def pieces(self, chunk: dict[str, Any]) -> Iterator[tuple[int, str, bool]]:
-        """(candidate, text, ended) of one streamed event's JSON object."""
+    def pieces(self, chunk: dict[str, Any]) -> Iterator[Piece]:
+        """The candidates' pieces in one streamed event's JSON object."""
         ...
 
 
@@ -170,7 +197,7 @@ class Wire:
             self._conn = http.client.HTTPConnection(host, port, timeout=timeout)
         return self._conn, False
 
-    def post(self, path: str, body: dict[str, Any], reading: Reading, n: int, control: FillControl) -> list[str]:
+    def post(self, path: str, body: dict[str, Any], reading: Reading, n: int, control: FillControl) -> list[Written]:
         """POST `body` as JSON to `path` (under the endpoint's base) and read `n` candidates
         with `reading`, drafts to `control.on_draft`. Raises Cancelled, Unreachable or
         RemoteError; the connection is kept only after a reply read to its end."""
@@ -183,10 +210,10 @@ class Wire:
                 self.requests += 1
                 conn.request("POST", self.url_path(path), body=data, headers=headers)
                 resp = conn.getresponse()
-                texts = self._read(resp, reading, n, control, watcher)
+                written = self._read(resp, reading, n, control, watcher)
                 if resp.will_close:
                     self.close()
-                return texts
+                return written
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
                 self.close()
                 watcher.check()
@@ -210,11 +237,11 @@ class Wire:
 
     def _read(
         self, resp: http.client.HTTPResponse, reading: Reading, n: int, control: FillControl, watcher: Watcher
-    ) -> list[str]:
+    ) -> list[Written]:
         if resp.status != 200:
             message = _error_message(resp.read(MAX_ERROR_BODY))
             error = f"{self.endpoint} answered HTTP {resp.status}: {message}"
-            raise Unreachable(error) if resp.status >= 500 else RemoteError(error)
+            raise Unreachable(error) if resp.status >= 500 else Refused(error, resp.status, message)
         ctype = resp.getheader("Content-Type", "")
         if "text/event-stream" in ctype:
             return self._read_stream(resp, reading, n, control, watcher)
@@ -230,18 +257,20 @@ class Wire:
         if len(raw) > MAX_REPLY:
             raise RemoteError(f"{self.endpoint} sent a reply over {MAX_REPLY >> 20} MB")
         try:
-            return reading.texts(_json(raw), n)
+            return reading.written(_json(raw), n)
         except BadReply as exc:
             raise RemoteError(f"{self.endpoint} {exc}") from exc
 
     def _read_stream(
         self, resp: http.client.HTTPResponse, reading: Reading, n: int, control: FillControl, watcher: Watcher
-    ) -> list[str]:
+    ) -> list[Written]:
         """The candidates of a streamed reply. Each candidate's events carry its index
         (OpenAI's choices[].index, llama.cpp's index); it has ended at its finish_reason
         or `stop`. OpenAI streams end with [DONE], llama.cpp's /infill stream does not:
-        the reply is whole when [DONE] comes or every candidate has ended."""
+        the reply is whole when [DONE] comes or every candidate has ended. Each event's
+        log-probabilities are its own tokens': they add up per candidate (`_joined`)."""
         texts = [""] * n
+        logprobs: list[list[float] | None] = [[] for _ in range(n)]
         seen: set[int] = set()
         ended: set[int] = set()
         done = False
@@ -254,11 +283,13 @@ class Wire:
             chunk = _json(event.encode("utf-8"))
             if not isinstance(chunk, dict):
                 raise RemoteError(f"{self.endpoint} sent a stream event that is not an object")
-            for i, piece, end in reading.pieces(chunk):
+            for piece in reading.pieces(chunk):
+                i = piece.candidate
                 if 0 <= i < n:
-                    texts[i] += piece
+                    texts[i] += piece.text
+                    logprobs[i] = _joined(logprobs[i], piece)
                     seen.add(i)
-                    if end:
+                    if piece.ended:
                         ended.add(i)
             if control.on_draft is not None and texts != before:
                 control.on_draft(step, list(texts))
@@ -270,7 +301,16 @@ class Wire:
         if not done and not (ended and ended >= seen):
             raise RemoteError(f"{self.endpoint} cut the stream before the fill ended")
         resp.read()  # the rest (the last chunk's end), so the connection can be used again
-        return texts
+        return [Written(t, lp) for t, lp in zip(texts, logprobs, strict=True)]
+
+
+def _joined(so_far: list[float] | None, piece: Piece) -> list[float] | None:
+    """A candidate's log-probabilities with a piece's added: a piece with text but none
+    leaves the candidate without (a part missing would make the confidence a guess); a
+    piece with neither (an end of stream) changes nothing."""
+    if so_far is None or piece.logprobs is None:
+        return None if piece.text else so_far
+    return so_far + piece.logprobs
 
 
 def _json(raw: bytes) -> Any:

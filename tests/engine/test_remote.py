@@ -4,6 +4,7 @@ and every fault the issue lists (contract tests against tests/fake_engine.py).""
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -288,3 +289,207 @@ def test_a_bad_configuration_is_refused_with_a_message() -> None:
         remote("localhost:8000")
     with pytest.raises(RemoteError, match="unknown dialect"):
         remote("http://localhost:8000", dialect="grpc")
+
+
+# ---------------------------------------------------------------- log-probabilities: a remote fill's confidence
+
+LP = [-0.1, -0.5, -0.2]  # "co", "un", "t": the fill "count"'s tokens
+
+
+def answers(h: Any, body: dict[str, Any]) -> None:
+    """Any dialect's request answered with "count" (its own shape), whole, no logprobs."""
+    if "messages" in body:
+        chat(h, {**body, "stream": False})
+    elif "input_prefix" in body:
+        json_reply(h, 200, {"content": "count"})
+    else:
+        json_reply(h, 200, {"choices": [{"index": 0, "text": "count"}]})
+
+
+ASKED = {  # (dialect, the `logprobs` switch) -> the fields that ask for log-probabilities; others: none
+    ("vllm", None): {"logprobs": 1},
+    ("vllm", True): {"logprobs": 1},
+    ("openai-fim", True): {"logprobs": 1},
+    ("llama-infill", None): {"n_probs": 1},
+    ("llama-infill", True): {"n_probs": 1},
+}
+
+
+@pytest.mark.parametrize("switch", [None, True, False], ids=["auto", "on", "off"])
+@pytest.mark.parametrize("dialect", ["vllm", "openai-fim", "llama-infill", "chat"])
+def test_each_dialect_asks_for_logprobs_as_its_switch_says(
+    engine_server: Engine, dialect: str, switch: bool | None
+) -> None:
+    """auto: on for vllm and llama-infill (their servers take it), off for openai-fim
+    (hosted FIM endpoints refuse it); chat never asks."""
+    engine_server.reply = answers
+    eng = remote(engine_server.url, dialect=dialect, logprobs=switch)
+    r = eng.fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX, language="python"))
+    assert r.error is None and r.text == "count"
+    body = engine_server.seen[-1].body
+    assert {k: body[k] for k in ("logprobs", "n_probs", "top_logprobs") if k in body} == ASKED.get(
+        (dialect, switch), {}
+    )
+    assert r.candidates[0].score is None  # the reply carried none: shown as before
+
+
+def openai_stream(h: Any, body: dict[str, Any]) -> None:
+    """vLLM's stream with `logprobs`: each chunk carries its own tokens' (two candidates
+    interleaved), the last one per candidate none (its finish_reason only)."""
+    events = [
+        {"choices": [{"index": i, "text": t, "logprobs": {"tokens": [t], "token_logprobs": [lp - i]}}]}
+        for t, lp in zip(["co", "un", "t"], LP, strict=True)
+        for i in range(body.get("n", 1))
+    ]
+    sse(h, [*events, *({"choices": [{"index": i, "text": "", "finish_reason": "stop"}]} for i in range(2))])
+
+
+def llama_probs_stream(h: Any, body: dict[str, Any]) -> None:
+    """llama-server's /infill stream with `n_probs`: each token's `completion_probabilities`,
+    end-of-sequence's (content "") last, then `stop`."""
+    events = [
+        {"index": 0, "content": t, "stop": False, "completion_probabilities": [{"token": t, "logprob": lp}]}
+        for t, lp in [*zip(["co", "un", "t"], LP, strict=True), ("", -0.7)]
+    ]
+    sse(h, [*events, {"index": 0, "content": "", "stop": True}], done=False)
+    h.wfile.write(b"0\r\n\r\n")
+
+
+SCORED_REPLIES: dict[str, tuple[str, Callable[[Any, dict[str, Any]], None], list[float]]] = {
+    "openai whole": (
+        "vllm",
+        lambda h, b: json_reply(
+            h, 200, {"choices": [{"index": 0, "text": "count", "logprobs": {"token_logprobs": [None, *LP]}}]}
+        ),
+        LP,  # a None first (a server that sends one for a prompt token) is no token of the fill
+    ),
+    "openai whole, llama.cpp's content list": (
+        "openai-fim",
+        lambda h, b: json_reply(
+            h, 200, {"choices": [{"text": "count", "logprobs": {"content": [{"logprob": x} for x in LP]}}]}
+        ),
+        LP,
+    ),
+    "openai stream": ("vllm", openai_stream, LP),
+    "llama whole": (
+        "llama-infill",
+        lambda h, b: json_reply(
+            h, 200, {"content": "count", "completion_probabilities": [{"logprob": x} for x in [*LP, -0.7]]}
+        ),
+        [*LP, -0.7],
+    ),
+    "llama whole, older builds' probs": (
+        "llama-infill",
+        lambda h, b: json_reply(
+            h,
+            200,
+            {
+                "content": "count",
+                "completion_probabilities": [
+                    {"content": t, "probs": [{"tok_str": "z", "prob": 0.01}, {"tok_str": t, "prob": math.exp(x)}]}
+                    for t, x in zip(["co", "un", "t"], LP, strict=True)
+                ],
+            },
+        ),
+        LP,
+    ),
+    "llama stream": ("llama-infill", llama_probs_stream, [*LP, -0.7]),
+}
+
+
+@pytest.mark.parametrize("case", list(SCORED_REPLIES))
+def test_a_remote_fill_is_scored_from_the_servers_logprobs(engine_server: Engine, case: str) -> None:
+    dialect, reply, logprobs = SCORED_REPLIES[case]
+    engine_server.reply = reply
+    stream = "stream" in case
+    r = remote(engine_server.url, dialect=dialect, logprobs=True).fill(
+        InfillRequest(prefix=PREFIX, suffix=SUFFIX, language="python"),
+        FillControl(on_draft=(lambda s, t: None) if stream else None),
+    )
+    assert r.error is None and r.text == "count"
+    cand = r.candidates[0]
+    assert cand.token_logprobs == pytest.approx(logprobs)
+    assert cand.score == pytest.approx(math.exp(min(logprobs)))
+    assert cand.mean_logprob == pytest.approx(sum(logprobs) / len(logprobs))
+
+
+def test_streamed_candidates_keep_their_own_logprobs(engine_server: Engine) -> None:
+    engine_server.reply = openai_stream
+    r = remote(engine_server.url, logprobs=True).fill(
+        InfillRequest(prefix=PREFIX, suffix=SUFFIX, candidates=2), FillControl(on_draft=lambda s, t: None)
+    )
+    # both candidates wrote "count" (one is dropped as a repeat); the first keeps candidate 0's logprobs
+    assert r.error is None and [c.token_logprobs for c in r.candidates] == [pytest.approx(LP)]
+
+
+MALFORMED: dict[str, Any] = {
+    "not an object": [0.1],
+    "a string": {"token_logprobs": "high"},
+    "a word among them": {"token_logprobs": [-0.1, "x"]},
+    "a probability above 1": {"token_logprobs": [-0.1, 0.7]},
+    "a bool": {"token_logprobs": [True]},
+    "content without logprob": {"content": [{"token": "count"}]},
+}
+
+
+@pytest.mark.parametrize("what", list(MALFORMED))
+def test_malformed_logprobs_give_no_confidence_and_no_fault(engine_server: Engine, what: str) -> None:
+    choice = {"index": 0, "text": "count", "logprobs": MALFORMED[what]}
+    engine_server.reply = lambda h, b: json_reply(h, 200, {"choices": [choice]})
+    r = remote(engine_server.url).fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX, language="python"))
+    assert r.error is None and r.text == "count" and r.candidates[0].score is None
+
+
+def test_a_stream_with_a_piece_missing_its_logprobs_gives_no_confidence(engine_server: Engine) -> None:
+    """A piece of text without its tokens' log-probabilities: a minimum over the rest
+    would be a guess."""
+    events = [
+        {"choices": [{"index": 0, "text": "co", "logprobs": {"token_logprobs": [-0.1]}}]},
+        {"choices": [{"index": 0, "text": "unt", "logprobs": None}]},
+        {"choices": [{"index": 0, "text": "", "finish_reason": "stop"}]},
+    ]
+    engine_server.reply = lambda h, b: sse(h, events)
+    r = remote(engine_server.url).fill(
+        InfillRequest(prefix=PREFIX, suffix=SUFFIX), FillControl(on_draft=lambda s, t: None)
+    )
+    assert r.error is None and r.text == "count" and r.candidates[0].score is None
+
+
+@pytest.mark.parametrize("dialect", ["openai-fim", "llama-infill"])
+def test_an_endpoint_that_refuses_logprobs_says_to_turn_the_switch_off(engine_server: Engine, dialect: str) -> None:
+    field = "n_probs" if dialect == "llama-infill" else "logprobs"
+    message = {"error": {"message": f"Extra inputs are not permitted: body.{field}"}}
+    engine_server.reply = lambda h, b: json_reply(h, 400, message) if field in b else answers(h, b)
+    r = remote(engine_server.url, dialect=dialect, logprobs=True).fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX))
+    assert not r.candidates and r.error is not None and "Traceback" not in r.error
+    assert f"HTTP 400: Extra inputs are not permitted: body.{field}" in r.error
+    assert "set the `logprobs` setting to off" in r.error
+    r = remote(engine_server.url, dialect=dialect, logprobs=False).fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX))
+    assert r.error is None and r.text == "count"  # switched off: served, without a confidence
+    # another 400 is told as it is
+    engine_server.reply = lambda h, b: json_reply(h, 400, {"error": {"message": "prompt is too long"}})
+    r = remote(engine_server.url, dialect=dialect, logprobs=True).fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX))
+    assert r.error is not None and r.error.endswith("HTTP 400: prompt is too long")
+
+
+@pytest.mark.parametrize(
+    ("dialect", "switch"), [("llama-infill", None), ("vllm", None), ("openai-fim", True), ("llama-infill", False)]
+)
+def test_a_real_engines_logprobs_are_the_fills_confidence(real_engine: Any, dialect: str, switch: bool | None) -> None:
+    """llama.cpp's server (tests/real_engine.py): the model's logits are fixed, so every
+    token of a greedy fill is x, at the probability its log-softmax gives; the fill never
+    ends by itself, so no end-of-fill token is among them."""
+    pytest.importorskip("xllamacpp")
+    from tests.real_engine import letter_logprobs
+
+    r = remote(real_engine.url, dialect=dialect, logprobs=switch, timeout_s=20.0).fill(
+        InfillRequest(prefix=PREFIX, suffix=SUFFIX, language="python")
+    )
+    assert r.error is None and r.text == "x" * 32
+    cand = r.candidates[0]
+    if switch is False:
+        assert cand.score is None and cand.token_logprobs is None
+        return
+    assert cand.token_logprobs is not None and len(cand.token_logprobs) == 32
+    assert cand.token_logprobs == pytest.approx([letter_logprobs()["x"]] * 32, rel=1e-4)
+    assert cand.score == pytest.approx(math.exp(letter_logprobs()["x"]), rel=1e-4)

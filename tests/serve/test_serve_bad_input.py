@@ -64,6 +64,9 @@ BAD_BODIES: list[tuple[str, bytes, str | None]] = [
     ("stream a string", b'{"prompt": "a", "stream": "yes"}', "stream"),
     ("an unknown field", b'{"prompt": "a", "prompt_file": "/etc/passwd"}', "prompt_file"),
     ("echo", b'{"prompt": "a", "echo": true}', "echo"),
+    ("logprobs a bool (chat's form)", b'{"prompt": "a", "logprobs": true}', "logprobs"),
+    ("logprobs too many", b'{"prompt": "a", "logprobs": 6}', "logprobs"),
+    ("logprobs negative", b'{"prompt": "a", "logprobs": -1}', "logprobs"),
     ("min over max", b'{"prompt": "a", "max_tokens": 4, "min_tokens": 8}', "min_tokens"),
 ]
 
@@ -84,6 +87,9 @@ def test_a_bad_body_is_a_400_that_names_the_field(server: Running, what: str, ra
         ("/infill", {"input_prefix": "a", "input_extra": "not a list"}, "input_extra"),
         ("/infill", {"input_prefix": "a", "n_predict": 0}, "n_predict"),
         ("/infill", {"input_prefix": "a", "t_max_predict_ms": -1}, "t_max_predict_ms"),
+        ("/infill", {"input_prefix": "a", "n_probs": -1}, "n_probs"),
+        ("/infill", {"input_prefix": "a", "n_probs": "1"}, "n_probs"),
+        ("/infill", {"input_prefix": "a", "logprobs": 1}, "logprobs"),  # OpenAI's name: not llama.cpp's
         ("/v1/fim/completions", {"prompt": "a", "random_seed": "x"}, "random_seed"),
         ("/v1/fim/completions", {"prompt": "a", "input_prefix": "b"}, "input_prefix"),  # another endpoint's field
     ],

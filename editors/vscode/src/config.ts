@@ -27,6 +27,7 @@ const SERVER_KEYS = [
   "remoteModel",
   "endpointPath",
   "apiKeyEnv",
+  "logprobs",
   "requestTimeoutMs",
   "tlsVerify",
 ] as const;
