@@ -95,11 +95,12 @@ A directory; nil: the shipped model."
 
 (defcustom diffusion-lsp-backend nil
   "Inference backend.
-One of \"auto\", \"onnx\", \"torch\", \"diffusion_gemma\", \"dream\", \"llada\";
-nil: the server's default (\"auto\")."
+One of \"auto\", \"onnx\", \"torch\", \"diffusion_gemma\", \"dream\", \"llada\",
+\"block_causal\"; nil: the server's default (\"auto\")."
   :type '(choice (const :tag "Server default" nil)
                  (const "auto") (const "onnx") (const "torch")
-                 (const "diffusion_gemma") (const "dream") (const "llada")))
+                 (const "diffusion_gemma") (const "dream") (const "llada")
+                 (const "block_causal")))
 
 (defcustom diffusion-lsp-device nil
   "Device: `cpu', `cuda' or `cuda:N'.

@@ -1,6 +1,6 @@
 """diffusion-infill models: what is in the models folder (size, backend, quantization, the
-fill times measured on this machine, and a checkpoint's own decoding defaults from its
-generation_config.json), and `--measure` to time them here.
+fill times measured on this machine, a block-causal checkpoint's blocks, and a checkpoint's
+own decoding defaults from its generation_config.json), and `--measure` to time them here.
 
 A measurement loads the model, then writes a few lines of a standard-library file (the
 same for every model) as a user types them: the first character with the cache cold, then
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from engine.errors import EngineError
-from engine.models.directory import decoding_defaults
+from engine.models.directory import decoding_defaults, describe_blocks
 from engine.models.folder import (
     DEFAULT_DEADLINE_MS,
     Entry,
@@ -107,6 +107,7 @@ def _row(e: Entry, chosen: Entry | None) -> dict[str, object]:
         "load_s": t.load_s if t else None,
         "problem": e.problem,
         "decoding": decoding_defaults(e.path).describe() or None,  # the checkpoint's own decoding defaults
+        "blocks": describe_blocks(e.path) or None,  # a block-causal checkpoint's blocks
         "path": str(e.path),
     }
 
@@ -126,8 +127,9 @@ def _table(rows: list[dict[str, object]]) -> str:
         )
         if r["problem"]:
             out.append(f"    {r['problem']}")
-        if r.get("decoding"):
-            out.append(f"    {r['decoding']}")
+        for line in ("blocks", "decoding"):
+            if r.get(line):
+                out.append(f"    {r[line]}")
     return "\n".join(out)
 
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import array_api_compat
+
 from engine.denoisers.base import DenoiserInfo, Prompt
 from engine.errors import ModelLoadError
 from engine.models.directory import (
@@ -135,8 +137,11 @@ class DreamLayout:
         return Parts(before=(sp.start, *p, *m), after=(*s, sp.eof), causal=causal)
 
 
-def dream_tokens(path: Path, cfg: dict[str, Any], own: dict[str, Any]) -> tuple[Tokenizer, Specials, list[int]]:
-    """(tokenizer, the layouts' special ids, ids never sampled) of a checkpoint."""
+def dream_tokens(
+    path: Path, cfg: dict[str, Any], own: dict[str, Any], mask_names: Sequence[str] = ("<|mask|>",)
+) -> tuple[Tokenizer, Specials, list[int]]:
+    """(tokenizer, the layouts' special ids, ids never sampled) of a checkpoint; the mask
+    is config.json's mask_token_id, else the first of `mask_names` the tokenizer has."""
     hf = Tokenizer.read(path / TOKENIZER_FILE)
     vocab = int(cfg.get("vocab_size", 0))
     eos = first_id(cfg.get("eos_token_id"))
@@ -146,7 +151,7 @@ def dream_tokens(path: Path, cfg: dict[str, Any], own: dict[str, Any]) -> tuple[
     pad = first_known(hf.token_to_id("<|dlm_pad|>"), first_id(cfg.get("pad_token_id")), fallback=eos)
     mask = first_id(cfg.get("mask_token_id"))
     if mask is None:
-        mask = hf.token_to_id("<|mask|>")
+        mask = next((i for i in map(hf.token_to_id, mask_names) if i is not None), None)
     if mask is None and vocab > hf.get_vocab_size():
         mask = hf.get_vocab_size()  # an autoregressive checkpoint: its first unused row (adapt trains it)
     if mask is None:
@@ -235,3 +240,15 @@ def length_edits(hf: Any, cfg: dict[str, Any], own: dict[str, Any]) -> LengthEdi
         return None
     start = setting.get("start_tokens", DREAMON_START) if isinstance(setting, dict) else DREAMON_START
     return LengthEdits(expand=expand, delete=delete, start=max(1, int(start)))
+
+
+def settled_positions(canvas: Any, start: int, size: int, mask: int) -> Any:
+    """(B, C) bool, for a shifted block-causal model (Fast-dLLM v2): each row's first mask
+    where it begins one of the model's blocks (sequence position `start` + i a multiple of
+    `size`). Its logits come from the last position of the block before, which is complete:
+    no mask can change them any more (an autoregressive next token). numpy or torch."""
+    xp = array_api_compat.array_namespace(canvas)
+    idx = xp.arange(canvas.shape[-1], device=array_api_compat.device(canvas))
+    masked = canvas == mask
+    first = xp.cumulative_sum(xp.astype(masked, xp.int32), axis=-1) == 1
+    return xp.logical_and(xp.logical_and(masked, first), (idx + start) % size == 0)

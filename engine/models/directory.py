@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from engine.errors import ModelLoadError
+from engine.models.table import FAST_DLLM_MODEL_TYPE, SDAR_MODEL_TYPE
 from engine.models.tokenizer import Tokenizer
 
 FORMAT_VERSION = 1
@@ -219,12 +220,98 @@ MASK_TOKEN_NAMES = ("<|mask|>", "<|mdm_mask|>")  # the Dream family's; LLaDA's
 
 def generation_mask_id(path: Path) -> int | None:
     """generation_config.json's mask_token_id (where a diffusion checkpoint keeps it)."""
+    return generation_id(path, "mask_token_id")
+
+
+def generation_id(path: Path, name: str) -> int | None:
+    """A token id generation_config.json names under `name` (the first of a list)."""
     try:
         raw = json.loads((path / GENERATION_FILE).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
-    value = raw.get("mask_token_id") if isinstance(raw, dict) else None
+    value = raw.get(name) if isinstance(raw, dict) else None
+    value = value[0] if isinstance(value, list) and value else value
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+# ---------------------------------------------------------------------------- block-causal checkpoints
+
+
+@dataclass(frozen=True)
+class BlockFamily:
+    """A block-causal family as its config.json declares it: the model_type, the field that
+    holds the block size (and its default when absent), whether position i's logits come
+    from hidden state i - 1 (`shifted`, the autoregressive model's shift kept), the
+    transformers architecture of its layers, and its published decoding (sampler defaults)."""
+
+    name: str
+    size_field: str
+    default_size: int
+    shifted: bool
+    architecture: str  # "qwen2" (q/k/v biases) or "qwen3" (q/k norms)
+    defaults: dict[str, Any]
+
+
+# Fast-dLLM v2's generate(): blocks of 32 decoded in sub-blocks of 8, each step the masks of
+# the sub-block above its threshold (0.9 in its chatbot), at least the most probable; the
+# first token of a block taken alone from the block before (engine/local/sampler.py).
+# SDAR's block_diffusion_generate(): blocks of 4 in 4 steps, low_confidence_dynamic at 0.85
+# (the masks above it, at least as many as its static schedule: one a step here).
+# max_steps bounds neither: a block is done in at most its length of steps.
+BLOCK_FAMILIES: dict[str, BlockFamily] = {
+    FAST_DLLM_MODEL_TYPE: BlockFamily(
+        "Fast-dLLM v2",
+        "bd_size",
+        32,
+        True,
+        "qwen2",
+        {"strategy": "confidence", "confidence_threshold": 0.9, "block_length": 8, "max_steps": 1024},
+    ),
+    SDAR_MODEL_TYPE: BlockFamily(
+        "SDAR",
+        "block_size",
+        4,
+        False,
+        "qwen3",
+        {"strategy": "confidence", "confidence_threshold": 0.85, "max_steps": 1024},
+    ),
+}
+
+
+@dataclass(frozen=True)
+class BlockCausal:
+    """What a block-causal checkpoint declares: its family and its blocks' size."""
+
+    family: BlockFamily
+    size: int
+
+
+def block_causal(path: Path, cfg: dict[str, Any]) -> BlockCausal | None:
+    """The blocks a checkpoint's config.json declares (None: not a block-causal family):
+    its model_type names the family, the family's field the block size; a size that is
+    not a positive integer is a ModelLoadError naming the field."""
+    model_type = cfg.get("model_type")
+    family = BLOCK_FAMILIES.get(model_type) if isinstance(model_type, str) else None
+    if family is None:
+        return None
+    size = cfg.get(family.size_field, family.default_size)
+    if not _count(size):
+        raise ModelLoadError(f"{path / CONFIG_FILE}: {family.size_field} must be a positive integer; got {size!r}")
+    return BlockCausal(family, size)
+
+
+def describe_blocks(path: Path) -> str:
+    """One line for `diffusion-infill models`: the blocks a block-causal checkpoint's
+    config.json declares ("" for any other, or one that cannot be read)."""
+    try:
+        cfg = read_config(path)
+        blocks = block_causal(path, cfg)
+    except ModelLoadError:
+        return ""
+    if blocks is None:
+        return ""
+    declared = f"{blocks.family.size_field} {blocks.size}" if blocks.family.size_field in cfg else "no size field"
+    return f"{CONFIG_FILE}: {declared} -> {blocks.family.name}, block-causal attention in blocks of {blocks.size}"
 
 
 def diffusion_signal(path: Path, cfg: dict[str, Any], token_id: Callable[[str], int | None]) -> str | None:

@@ -20,6 +20,10 @@ DG_MODEL_TYPE = "diffusion_gemma"
 DREAM_MODEL_TYPES = ("Dream", "dream")  # the Dream family: a diffusion-trained Qwen2
 AUTOREGRESSIVE_MODEL_TYPES = ("qwen2", "llama")  # plain checkpoints, run by the dream backend too
 LLADA_MODEL_TYPE = "llada"  # LLaDA (GSAI-ML): a Llama-style mask predictor, logits unshifted
+# block-causal models (attention bidirectional within a block, causal across blocks)
+FAST_DLLM_MODEL_TYPE = "Fast_dLLM_Qwen"  # Fast-dLLM v2 (NVlabs): Qwen2.5 layers, blocks of config.json's bd_size
+SDAR_MODEL_TYPE = "sdar"  # SDAR (JetAstra): Qwen3 layers, blocks of config.json's block_size
+BLOCK_CAUSAL_MODEL_TYPES = (FAST_DLLM_MODEL_TYPE, SDAR_MODEL_TYPE)
 ONNX_LM_MODEL_TYPE = "onnx_lm"  # one of those exported for onnxruntime (diffusion-infill export-onnx)
 
 WEIGHT_QUANTIZATIONS = ("none", "int8", "4bit")  # engine/denoisers/quant.py: every transformers backend
@@ -70,6 +74,14 @@ TABLE: tuple[Backend, ...] = (
         "engine.denoisers.llada:load_dir",
         (LLADA_MODEL_TYPE,),
         "LLaDA",
+        quantizations=WEIGHT_QUANTIZATIONS,
+        needs="torch and transformers: pip install 'diffusion-lsp[torch]'",
+    ),
+    Backend(
+        "block_causal",
+        "engine.denoisers.block_causal:load_dir",
+        BLOCK_CAUSAL_MODEL_TYPES,
+        "Fast-dLLM v2 or SDAR",
         quantizations=WEIGHT_QUANTIZATIONS,
         needs="torch and transformers: pip install 'diffusion-lsp[torch]'",
     ),

@@ -22,7 +22,8 @@ def test_auto_takes_the_first_row_that_loads_the_model_type() -> None:
     assert table.choose("diffusion_gemma", quantization="4bit").name == "diffusion_gemma"
     assert {table.choose(t).name for t in ("Dream", "qwen2", "llama")} == {"dream"}
     assert table.choose("llada", quantization="int8").name == "llada"
-    assert table.BACKENDS == ("auto", "onnx", "torch", "diffusion_gemma", "dream", "llada")
+    assert {table.choose(t, quantization="4bit").name for t in ("Fast_dLLM_Qwen", "sdar")} == {"block_causal"}
+    assert table.BACKENDS == ("auto", "onnx", "torch", "diffusion_gemma", "dream", "llada", "block_causal")
     assert set(table.QUANTIZATIONS) == {"none", "int8", "4bit"}
 
 
@@ -39,7 +40,7 @@ def test_auto_takes_the_first_row_that_loads_the_model_type() -> None:
             "diffusion_coder",
             "auto",
             "4bit",
-            "quantization '4bit' is for DiffusionGemma, Dream, Qwen2 or Llama and LLaDA checkpoints",
+            "quantization '4bit' is for DiffusionGemma, Dream, Qwen2 or Llama, Fast-dLLM v2 or SDAR and LLaDA checkpoints",
         ),
         ("qwen2", "auto", "2bit", "unknown quantization '2bit'"),
         ("qwen2", "gguf", "none", "unknown backend 'gguf'"),
