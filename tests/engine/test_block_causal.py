@@ -520,7 +520,9 @@ def test_the_models_command_shows_the_blocks(dirs: dict[str, Path], capsys: pyte
     assert main(["models", "--dir", str(dirs["sdar"].parent), "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["models"]}
     assert rows["fast_dllm"]["backend"] == rows["sdar"]["backend"] == "block_causal"
-    assert rows["fast_dllm"]["blocks"] == "config.json: bd_size 8 -> Fast-dLLM v2, block-causal attention in blocks of 8"
+    assert (
+        rows["fast_dllm"]["blocks"] == "config.json: bd_size 8 -> Fast-dLLM v2, block-causal attention in blocks of 8"
+    )
     assert rows["sdar"]["blocks"].startswith("config.json: block_size 4 -> SDAR")
     assert main(["models", "--dir", str(dirs["sdar"].parent)]) == 0
     assert "    config.json: bd_size 8 -> Fast-dLLM v2" in capsys.readouterr().out
