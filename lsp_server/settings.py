@@ -288,8 +288,9 @@ OPTIONS: tuple[Option, ...] = (
         choices=tuple(LOGPROBS_SWITCH),
         description=(
             "Ask the endpoint for the tokens' log-probabilities, which give a remote fill its confidence"
-            " (minConfidence then holds back unsure ghost text, docs/confidence.md). `auto`: on for `llama-infill`"
-            " and `vllm`, off for `openai-fim` (hosted FIM endpoints refuse the field); `chat` never asks."
+            " (minConfidence then holds back unsure ghost text, docs/confidence.md). `auto`: asked for until the"
+            " endpoint refuses the field (then asked again without it, and never again); `on`: a refusal is an"
+            " error; `chat` never asks."
         ),
         remote=True,
     ),

@@ -229,9 +229,9 @@ A string; nil: no key."
 (defcustom diffusion-lsp-logprobs nil
   "Ask the endpoint for the tokens' log-probabilities, which give a
 remote fill its confidence (minConfidence then holds back unsure ghost
-text, docs/confidence.md).  `auto': on for `llama-infill' and `vllm',
-off for `openai-fim' (hosted FIM endpoints refuse the field); `chat'
-never asks.
+text, docs/confidence.md).  `auto': asked for until the endpoint
+refuses the field (then asked again without it, and never again);
+`on': a refusal is an error; `chat' never asks.
 One of \"auto\", \"on\", \"off\"; nil: the server's default (\"auto\")."
   :type '(choice (const :tag "Server default" nil)
                  (const "auto") (const "on") (const "off")))

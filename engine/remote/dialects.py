@@ -70,17 +70,15 @@ class Dialect:
     takes_stop: ClassVar[bool] = True  # sends `stop` for a one-line span
     takes_extra_files: ClassVar[bool] = False  # sends other files as repository context
     whole_when_all_stopped: ClassVar[bool] = False  # its stream sends no [DONE]
-    # the fields that ask for the tokens' log-probabilities (empty: the dialect never asks),
-    # and whether it asks when the endpoint's switch is left to it (`auto`; docs/confidence.md)
+    # the fields that ask for the tokens' log-probabilities (empty: the dialect never asks;
+    # docs/confidence.md)
     logprobs_fields: ClassVar[Mapping[str, Any]] = MappingProxyType({"logprobs": 1})
-    logprobs_by_default: ClassVar[bool] = True
 
     def asks_logprobs(self, switch: bool | None) -> bool:
         """Whether a request asks for log-probabilities: as the endpoint's switch says
-        (None: `auto`, the dialect's default), never where the dialect cannot."""
-        if not self.logprobs_fields:
-            return False
-        return self.logprobs_by_default if switch is None else switch
+        (None: `auto`, yes until the endpoint refuses the field: engine.remote.generator),
+        never where the dialect cannot."""
+        return bool(self.logprobs_fields) and switch is not False
 
     def prompt(self, ask: Ask) -> dict[str, Any]:
         """The fields that carry the code around the cursor."""
@@ -156,10 +154,7 @@ class Vllm(Dialect):
 
 
 class OpenAIFim(Dialect):
-    """OpenAI-style FIM: `prompt` and `suffix` (`/v1/completions`, or a hosted FIM path).
-    Hosted FIM endpoints refuse `logprobs`: it is asked for only where the switch says so."""
-
-    logprobs_by_default = False
+    """OpenAI-style FIM: `prompt` and `suffix` (`/v1/completions`, or a hosted FIM path)."""
 
     def prompt(self, ask: Ask) -> dict[str, Any]:
         return {"prompt": ask.prefix, "suffix": ask.suffix}

@@ -20,14 +20,17 @@ Faults become a `RemoteError` message and an empty answer.
 
 from __future__ import annotations
 
+import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine.candidate import Candidate, scored
 from engine.fill import Engine, FillControl, FillLimits, FillOptions, InfillResult, Job
 from engine.models.tokenizer import Tokenizer
 from engine.remote.dialects import BY_NAME, CHAT_SLACK_TOKENS, DIALECTS, FIM_TOKENS, Ask, Dialect, DialectName
 from engine.remote.wire import Backoff, Cancelled, Refused, RemoteError, Unreachable, Wire, Written
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "CHAT_SLACK_TOKENS",
@@ -57,8 +60,8 @@ class RemoteConfig:
     verify_tls: bool = True
     context_chars: int = CONTEXT_CHARS
     fim_tokens: tuple[str, str, str] = FIM_TOKENS
-    # ask for the tokens' log-probabilities (the fills' confidence); None: the dialect's
-    # default (llama-infill and vllm yes, openai-fim no, chat never; docs/remote.md)
+    # ask for the tokens' log-probabilities (the fills' confidence); None (`auto`): ask
+    # until the endpoint refuses the field (chat never asks; docs/remote.md)
     logprobs: bool | None = None
 
 
@@ -78,6 +81,7 @@ class RemoteGenerator:
         self.wire = Wire(cfg.endpoint, cfg.timeout_s, cfg.verify_tls, cfg.api_key_env)
         self._path = cfg.path or self.dialect.path
         self._backoff = Backoff()
+        self._logprobs_refused = False  # the endpoint refused the field (asked at `auto`)
         self.limits = FillLimits(default=DEFAULT_BUDGET, longest=None, hard=None)
 
     @property
@@ -125,18 +129,25 @@ class RemoteGenerator:
         return result
 
     def _post(self, ask: Ask, job: Job) -> list[Written]:
-        """The candidates the server writes; a refusal that names the field asking for
-        log-probabilities says how to stop asking."""
+        """The candidates the server writes. An endpoint that refuses the field asking for
+        log-probabilities is, with the switch at `auto`, asked again without it and not
+        asked for them again (its fills are shown without a confidence); with the switch
+        `on`, the message says how to stop asking."""
         try:
             return self.wire.post(self._path, self.dialect.body(ask), self.dialect, ask.n, self._control(job, ask))
         except Refused as exc:
-            if ask.logprobs and any(name in exc.detail.lower() for name in self.dialect.logprobs_fields):
-                fields = " and ".join(self.dialect.logprobs_fields)
-                raise RemoteError(
-                    f"{exc} (this endpoint refuses {fields}: set the `logprobs` setting to off for it;"
-                    " its fills are then shown without a confidence)"
-                ) from exc
-            raise
+            if not (ask.logprobs and any(name in exc.detail.lower() for name in self.dialect.logprobs_fields)):
+                raise
+            fields = " and ".join(self.dialect.logprobs_fields)
+            if self.cfg.logprobs is None:
+                self._logprobs_refused = True
+                log.info("%s refuses %s: its fills are shown without a confidence", self.cfg.endpoint, fields)
+                ask = replace(ask, logprobs=False)
+                return self.wire.post(self._path, self.dialect.body(ask), self.dialect, ask.n, self._control(job, ask))
+            raise RemoteError(
+                f"{exc} (this endpoint refuses {fields}: set the `logprobs` setting to off or auto for it;"
+                " its fills are then shown without a confidence)"
+            ) from exc
 
     def _candidate(self, written: Written, ask: Ask) -> Candidate:
         """A candidate from the server's text, with its confidence from the tokens'
@@ -160,7 +171,7 @@ class RemoteGenerator:
             deadline=job.control.deadline,
             model=self.cfg.model,
             fim_tokens=self.cfg.fim_tokens,
-            logprobs=self.dialect.asks_logprobs(self.cfg.logprobs),
+            logprobs=self.dialect.asks_logprobs(self.cfg.logprobs) and not self._logprobs_refused,
         )
 
     def _control(self, job: Job, ask: Ask) -> FillControl:

@@ -309,6 +309,7 @@ def answers(h: Any, body: dict[str, Any]) -> None:
 ASKED = {  # (dialect, the `logprobs` switch) -> the fields that ask for log-probabilities; others: none
     ("vllm", None): {"logprobs": 1},
     ("vllm", True): {"logprobs": 1},
+    ("openai-fim", None): {"logprobs": 1},
     ("openai-fim", True): {"logprobs": 1},
     ("llama-infill", None): {"n_probs": 1},
     ("llama-infill", True): {"n_probs": 1},
@@ -320,8 +321,7 @@ ASKED = {  # (dialect, the `logprobs` switch) -> the fields that ask for log-pro
 def test_each_dialect_asks_for_logprobs_as_its_switch_says(
     engine_server: Engine, dialect: str, switch: bool | None
 ) -> None:
-    """auto: on for vllm and llama-infill (their servers take it), off for openai-fim
-    (hosted FIM endpoints refuse it); chat never asks."""
+    """auto and on ask, off does not; chat never asks."""
     engine_server.reply = answers
     eng = remote(engine_server.url, dialect=dialect, logprobs=switch)
     r = eng.fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX, language="python"))
@@ -456,7 +456,7 @@ def test_a_stream_with_a_piece_missing_its_logprobs_gives_no_confidence(engine_s
 
 
 @pytest.mark.parametrize("dialect", ["openai-fim", "llama-infill"])
-def test_an_endpoint_that_refuses_logprobs_says_to_turn_the_switch_off(engine_server: Engine, dialect: str) -> None:
+def test_an_endpoint_that_refuses_logprobs_is_asked_again_without_them_or_told_how_to_stop(engine_server: Engine, dialect: str) -> None:
     field = "n_probs" if dialect == "llama-infill" else "logprobs"
     message = {"error": {"message": f"Extra inputs are not permitted: body.{field}"}}
     engine_server.reply = lambda h, b: json_reply(h, 400, message) if field in b else answers(h, b)
@@ -466,6 +466,14 @@ def test_an_endpoint_that_refuses_logprobs_says_to_turn_the_switch_off(engine_se
     assert "set the `logprobs` setting to off" in r.error
     r = remote(engine_server.url, dialect=dialect, logprobs=False).fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX))
     assert r.error is None and r.text == "count"  # switched off: served, without a confidence
+    # auto: asked again at once without the field, and the endpoint not asked for it again
+    eng = remote(engine_server.url, dialect=dialect)
+    asked = len(engine_server.seen)
+    for _ in range(2):
+        r = eng.fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX))
+        assert r.error is None and r.text == "count" and r.candidates[0].score is None
+    sent = [field in seen.body for seen in engine_server.seen[asked:]]
+    assert sent == [True, False, False]
     # another 400 is told as it is
     engine_server.reply = lambda h, b: json_reply(h, 400, {"error": {"message": "prompt is too long"}})
     r = remote(engine_server.url, dialect=dialect, logprobs=True).fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX))
