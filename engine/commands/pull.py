@@ -46,7 +46,13 @@ from typing import Any
 
 from engine.errors import EngineError
 from engine.models.folder import models_folder
-from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES, DG_MODEL_TYPE, DREAM_MODEL_TYPES, LLADA_MODEL_TYPE
+from engine.models.table import (
+    AUTOREGRESSIVE_MODEL_TYPES,
+    BLOCK_CAUSAL_MODEL_TYPES,
+    DG_MODEL_TYPE,
+    DREAM_MODEL_TYPES,
+    LLADA_MODEL_TYPE,
+)
 
 READY_TYPES = (*DREAM_MODEL_TYPES, *AUTOREGRESSIVE_MODEL_TYPES)  # exported and timed after a pull (--ready)
 
@@ -82,6 +88,7 @@ FAMILIES: dict[str, str] = {
     **dict.fromkeys(DREAM_MODEL_TYPES, DREAM),
     **dict.fromkeys(AUTOREGRESSIVE_MODEL_TYPES, ADAPT),
     LLADA_MODEL_TYPE: "LLaDA (8B Base, Instruct), the llada backend",
+    **dict.fromkeys(BLOCK_CAUSAL_MODEL_TYPES, "block diffusion (Fast-dLLM v2, SDAR), the block_causal backend"),
 }
 
 _REPO_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"  # as the Hub: 1-96 characters, ends not . or -

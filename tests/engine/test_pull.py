@@ -688,6 +688,8 @@ def test_sizes_read_as_the_hub_shows_them(n: int, text: str) -> None:
         ({"model_type": "Dream"}, False, "Dream family"),
         ({"model_type": "llama"}, False, "diffusion-infill adapt"),
         ({"model_type": "llada"}, False, "LLaDA (8B Base, Instruct), the llada backend"),
+        ({"model_type": "Fast_dLLM_Qwen"}, False, "block diffusion (Fast-dLLM v2, SDAR), the block_causal backend"),
+        ({"model_type": "sdar"}, False, "block diffusion (Fast-dLLM v2, SDAR), the block_causal backend"),
         ({"model_type": "bert"}, False, "has model_type 'bert'; diffusion-lsp loads diffusion_gemma, Dream, dream, qwen2, llama"),
         ({}, False, "has no model_type in config.json"),
         (None, False, "has no config.json"),
