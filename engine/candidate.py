@@ -4,6 +4,12 @@ A fill's confidence (docs/confidence.md) is one number in [0, 1] per candidate, 
 from the log-probabilities of its tokens, end-of-fill counted (`scored`), whatever gave
 them: the one-token mode's likelihood, the canvas's lock confidences, the verifier's, or
 a remote engine's logprobs. None: the source gave none (a remote engine without logprobs).
+
+A candidate's per-token lists (`token_ids`, `confidence`, `token_texts`, `token_logprobs`)
+go together: whatever changes its text does it through `trimmed` (the indentation the
+editor already has dropped, a cut at the end) or `rewritten` (another text), which keep
+them in step; its confidence (`mean_logprob`, `min_logprob`) stays that of the fill as the
+model wrote it.
 """
 
 from __future__ import annotations
@@ -11,6 +17,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from itertools import accumulate
+from typing import Protocol
 
 import numpy as np
 
@@ -28,13 +36,23 @@ class Candidate:
     mean_logprob: float | None = None  # mean log-probability per token, end-of-fill included
     min_logprob: float | None = None  # the least likely token's log-probability, end-of-fill included
     # the per-token log-probabilities both were made from (floored at LOGPROB_FLOOR): one per token of
-    # the fill as the model wrote it, end-of-fill's last when it ended there; a cut (the syntax check)
-    # keeps them, as it keeps the confidence; `diffusion-infill serve` returns them (fill_server.logprobs)
+    # token_ids, end-of-fill's last when the fill ended there and was not cut; None: none, or none that
+    # can be paired with these tokens (`rewritten`); `diffusion-infill serve` returns them (fill_server.logprobs)
     token_logprobs: list[float] | None = None
+    # the text each of token_ids writes in `text` (they spell it; "" for a token whose text the editor's
+    # indentation stands for, or the first bytes of a character the next token completes), set by the
+    # engine (`spelled`); None: not known (no tokenizer: a remote engine)
+    token_texts: list[str] | None = None
 
     @property
     def mean_confidence(self) -> float:
         return float(np.mean(self.confidence)) if self.confidence else 1.0
+
+    def token_offsets(self) -> list[int] | None:
+        """Where each token's text starts in the text; None: not known."""
+        if self.token_texts is None:
+            return None
+        return list(accumulate((len(t) for t in self.token_texts), initial=0))[: len(self.token_texts)]
 
     @property
     def score(self) -> float | None:
@@ -52,6 +70,103 @@ def scored(cand: Candidate, logprobs: Sequence[float]) -> Candidate:
         return cand
     lp = [max(LOGPROB_FLOOR, float(x)) for x in logprobs]
     return replace(cand, mean_logprob=sum(lp) / len(lp), min_logprob=min(lp), token_logprobs=lp)
+
+
+class Codec(Protocol):
+    """A tokenizer, as far as a candidate's tokens need one (engine.models.tokenizer.Tokenizer)."""
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
+def spelled(cand: Candidate, tok: Codec | None) -> Candidate:
+    """`cand` with `token_texts`: the text each of its tokens writes in its text, so that
+    they spell it. Decoded a few tokens at a time, as streaming servers do: a character
+    made of several byte-level tokens belongs to the token that completes it (the ones
+    before it write ""), where decoding one token alone would give each a U+FFFD. Unchanged
+    without a tokenizer, or when its tokens do not decode to its text."""
+    if tok is None or tok.decode(cand.token_ids) != cand.text:
+        return cand
+    texts: list[str] = []
+    at = 0
+    lengths = _piece_lengths(tok, cand.token_ids)
+    for k, n in enumerate(lengths):
+        end = len(cand.text) if k == len(lengths) - 1 else min(at + n, len(cand.text))
+        texts.append(cand.text[at:end])
+        at = end
+    return replace(cand, token_texts=texts)
+
+
+def _piece_lengths(tok: Codec, ids: Sequence[int]) -> list[int]:
+    """How many characters each token adds to the decoded text: a window from the last
+    token that added some is decoded, and a token adds what its window's text grew by,
+    unless that ends in an unfinished character (U+FFFD), which waits for the next token."""
+    out: list[int] = []
+    first = read = 0  # the window's start; the end of what was already read
+    before = ""
+    for k in range(len(ids)):
+        now = tok.decode(ids[first : k + 1])
+        if len(now) > len(before) and not now.endswith("\ufffd"):
+            out.append(len(now) - len(before))
+            first, read = read, k + 1
+            before = tok.decode(ids[first:read])
+        else:
+            out.append(0)
+    return out
+
+
+def trimmed(cand: Candidate, start: int = 0, end: int | None = None, through: bool = False) -> Candidate:
+    """`cand` with its text trimmed to `text[start:end]`, every per-token list with it: the
+    one rule for every cut of a fill (the engine's indentation fit and syntax check,
+    serve's stop strings).
+
+    - Characters dropped before `start` (indentation the editor already has) keep their
+      tokens and values: the model wrote them and the editor's indentation stands for
+      them; a token's text becomes its part of the kept text ("" when none).
+    - A cut at `end` keeps the tokens that wrote any of the kept text (the last one's text
+      shortened to its part); with `through`, up to the token that writes the first
+      character cut away (where a stop string starts; text "", as llama.cpp's stream gives
+      it). The tokens after, and end-of-fill's value, go.
+
+    Without token texts (a remote engine's tokens are not known), a cut at the end keeps no
+    per-token values: none can be said to be the kept text's. The confidence stays that of
+    the fill as the model wrote it."""
+    text = cand.text
+    end = len(text) if end is None else min(end, len(text))
+    if start <= 0 and end == len(text):
+        return cand
+    out = replace(cand, text=text[start:end])
+    if cand.token_texts is None:
+        return out if end == len(text) else replace(out, token_logprobs=None)
+    starts = cand.token_offsets() or []
+    ends = [s + len(t) for s, t in zip(starts, cand.token_texts, strict=True)]
+    n = len(ends)
+    if end < len(text):
+        n = next((k + 1 for k, e in enumerate(ends) if e > end), n) if through else sum(s < end for s in starts)
+    clamp = [min(max(x, start), end) for x in (*starts[:n], *ends[:n])]
+    texts = [text[a:b] for a, b in zip(clamp[:n], clamp[n:], strict=True)]
+    values = cand.token_logprobs
+    if values is not None and end < len(text):
+        values = values[:n]
+    return replace(
+        out, token_ids=cand.token_ids[:n], confidence=cand.confidence[:n], token_texts=texts, token_logprobs=values
+    )
+
+
+def rewritten(cand: Candidate, text: str, tok: Codec | None) -> Candidate:
+    """`cand` with `text` in place of its text: cut (`trimmed`, its tokens spelled first
+    where they were not) when it is a start of it, else written anew (re-indented, a line
+    break added): its tokens again, each at the candidate's mean confidence, and no
+    per-token log-probabilities, since the model gave its values to other tokens. Its
+    confidence stays that of the fill as the model wrote it."""
+    if cand.text.startswith(text):
+        return trimmed(cand if cand.token_texts is not None else spelled(cand, tok), end=len(text))
+    if tok is None:
+        return replace(cand, text=text, token_texts=None, token_logprobs=None)
+    ids = tok.encode(text)
+    again = replace(cand, text=text, token_ids=ids, confidence=[cand.mean_confidence] * len(ids))
+    return spelled(replace(again, token_texts=None, token_logprobs=None), tok)
 
 
 @dataclass(frozen=True)

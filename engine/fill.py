@@ -9,7 +9,9 @@
   3. generate raw candidates: the backend's one job (`Generator.generate`): the local
      denoiser (engine.local.generator: the embedded model, DiffusionGemma, any Denoiser) or a
      remote inference server (engine.remote.generator, one class for its dialects);
-  4. drop duplicates and blank alternatives;
+  4. drop duplicates and blank alternatives, and spell each candidate's tokens (the text
+     each writes: engine.candidate.spelled), so that every cut below keeps its tokens, their
+     log-probabilities and its text in step (engine.candidate.trimmed, rewritten);
   5. fit the indentation to the cursor's line;
   6. check the syntax (engine.syntax.check_candidates): cut, drop and rank candidates;
   7. when no candidate is left that is not blank and the request allows a retry
@@ -32,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from engine.candidate import Candidate, Shown
+from engine.candidate import Candidate, Shown, spelled, trimmed
 from engine.decoding import SamplerConfig
 from engine.models.tokenizer import Tokenizer
 from engine.spans import language_for
@@ -158,7 +160,7 @@ class Generator(Protocol):
     def takes_extra_files(self) -> bool: ...  # whether it sends other files as repository context
 
     @property
-    def tokenizer(self) -> Tokenizer | None: ...  # cuts candidates to the tokens that fit; None: text only
+    def tokenizer(self) -> Tokenizer | None: ...  # spells candidates' tokens (Candidate.token_texts); None: text only
 
     def count_tokens(self, text: str) -> int: ...
 
@@ -190,6 +192,17 @@ class Engine:
         calibrated = getattr(self.generator, "calibrated", None)
         value = calibrated(multiline) if callable(calibrated) else None
         return value if isinstance(value, float) else None
+
+    def count_tokens(self, text: str) -> int:
+        """`text`'s length in the generator's tokens."""
+        return self.generator.count_tokens(text)
+
+    def default_sampler(self) -> SamplerConfig | None:
+        """The generator's sampler for a fill of one line; None: it samples none of its own
+        (a remote engine). Looked up, as `min_confidence` is: not every generator has one."""
+        default = getattr(self.generator, "default_sampler", None)
+        value = default() if callable(default) else None
+        return value if isinstance(value, SamplerConfig) else None
 
     def configured(self, **changes: Any) -> Engine:
         """The same generator (and its caches) with other options."""
@@ -233,10 +246,11 @@ class Engine:
         budget = self.budget(req, plan, warnings)  # 2
         job = Job(req, self.options, control, plan, budget, warnings)
         result = self.generator.generate(job)  # 3
-        cands = [replace(c, text=fit_indent(req.prefix, c.text)) for c in distinct(result.candidates)]  # 4, 5
+        tok = self.generator.tokenizer
+        cands = [fitted(req.prefix, spelled(c, tok)) for c in distinct(result.candidates)]  # 4, 5
         if plan is not None and req.check_syntax:  # 6
             cands = check_candidates(
-                self.generator.tokenizer,
+                tok,
                 cands,
                 req.prefix,
                 req.suffix,
@@ -311,6 +325,12 @@ def distinct(cands: list[Candidate]) -> list[Candidate]:
         seen.add(c.text)
         out.append(c)
     return out
+
+
+def fitted(prefix: str, cand: Candidate) -> Candidate:
+    """`cand` without the indentation `fit_indent` drops, its tokens kept in step
+    (engine.candidate.trimmed: the dropped characters' tokens stay, writing "")."""
+    return trimmed(cand, start=len(cand.text) - len(fit_indent(prefix, cand.text)))
 
 
 def fit_indent(prefix: str, fill: str) -> str:

@@ -15,32 +15,12 @@ import ast
 import re
 from dataclasses import dataclass, replace
 
-from engine.candidate import Candidate
+from engine.candidate import Candidate, rewritten
 from engine.models.tokenizer import Tokenizer
 from engine.spans import Document, Span, language_for, select_span, validate_fill
 from engine.spans.select import MULTI_LINE_BUDGET
 
 _RANK = {"ok": 0, "truncated": 1, "unchecked": 2}
-
-
-def _keep_tokens(tok: Tokenizer | None, cand: Candidate, text: str) -> Candidate:
-    """`cand` cut to `text` (a prefix of its text): the tokens that fit, their confidences
-    (a remote engine's candidates carry no tokens, and come with no tokenizer)."""
-    if text == cand.text or tok is None:
-        return replace(cand, text=text)
-    n = 0
-    while n < len(cand.token_ids) and len(tok.decode(cand.token_ids[: n + 1])) <= len(text):
-        n += 1
-    return replace(cand, text=text, token_ids=cand.token_ids[:n], confidence=cand.confidence[:n])
-
-
-def _retext(tok: Tokenizer | None, cand: Candidate, text: str) -> Candidate:
-    """`cand` with another text (re-indented): its tokens again, each at the candidate's
-    mean confidence."""
-    if tok is None:
-        return replace(cand, text=text)
-    ids = tok.encode(text)
-    return replace(cand, text=text, token_ids=ids, confidence=[cand.mean_confidence] * len(ids))
 
 
 def _indent(line: str) -> str:
@@ -165,18 +145,16 @@ def _checked(tok: Tokenizer | None, judge: _Judge, cand: Candidate, span: Span) 
     fill = cand.text if span.multiline else cand.text.splitlines()[0] if cand.text else ""
     verdict = judge(fill, cand)
     if verdict is not None:
-        kept = _keep_tokens(tok, cand, verdict[0])
-        kept.syntax = verdict[1]
-        return kept
+        # cut to parse, or given the line break a whole line needs
+        return replace(rewritten(cand, verdict[0], tok), syntax=verdict[1])
     if span.kind != "lines":
         return None
     moved = reindented(fill, judge.prefix, judge.suffix)
     verdict = next((v for m in moved if (v := judge(m, cand)) is not None), None)
     if verdict is None:
         return None
-    kept = _retext(tok, cand, verdict[0])
-    kept.syntax = "truncated"  # changed to pass: ranked after fills that parse as written
-    return kept
+    # changed to pass: ranked after fills that parse as written
+    return replace(rewritten(cand, verdict[0], tok), syntax="truncated")
 
 
 def _ranked(cands: list[Candidate]) -> list[Candidate]:

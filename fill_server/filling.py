@@ -85,11 +85,11 @@ def engine_for(engine: Engine, ask: FillAsk, language: str | None) -> Engine:
     changes: dict[str, Any] = {}
     if ask.max_tokens is not None:
         changes["max_canvas_tokens" if language else "canvas_tokens"] = ask.max_tokens
-    default_sampler = getattr(engine.generator, "default_sampler", None)
-    if ask.n > 1 and ask.temperature > 0 and default_sampler is not None:
+    default_sampler = engine.default_sampler() if ask.n > 1 and ask.temperature > 0 else None
+    if default_sampler is not None:
         # the engine tempers the sampled rows by CANDIDATE_TEMPERATURE: they run at `temperature`
         t = ask.temperature / CANDIDATE_TEMPERATURE
-        changes["sampler"] = replace(engine.options.sampler or default_sampler(), t_max=t, t_min=t)
+        changes["sampler"] = replace(engine.options.sampler or default_sampler, t_max=t, t_min=t)
     if ask.seed is not None:
         changes["seed"] = ask.seed
     return engine.configured(**changes) if changes else engine
@@ -120,7 +120,7 @@ def outcome_of(engine: Engine, ask: FillAsk, result: InfillResult, seconds: floa
         texts.append(text)
         finish.append("stop" if stopped or result.stop_reason not in LENGTH_STOPS else "length")
         if ask.logprobs is not None:
-            logprobs.append(token_logprobs(cand, engine.generator.tokenizer, text, top=ask.logprobs > 0))
+            logprobs.append(token_logprobs(cand, text, top=ask.logprobs > 0))
     if not texts:
         texts, finish = [""], ["length" if result.stop_reason in LENGTH_STOPS else "stop"]
     warnings = list(result.warnings)
@@ -132,7 +132,7 @@ def outcome_of(engine: Engine, ask: FillAsk, result: InfillResult, seconds: floa
         texts=texts,
         finish=finish,
         prompt_tokens=result.context_tokens,
-        completion_tokens=sum(engine.generator.count_tokens(t) for t in texts if t),
+        completion_tokens=sum(engine.count_tokens(t) for t in texts if t),
         steps=result.steps,
         stop_reason=result.stop_reason,
         span=result.span,

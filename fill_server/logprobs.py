@@ -1,17 +1,19 @@
 """A fill's tokens' log-probabilities as the replies carry them (`logprobs` on the OpenAI
 forms, `n_probs` on /infill; docs/serve.md).
 
-The values are the engine's own: the candidate's `token_logprobs`, the numbers its
-confidence was made from (engine.candidate.scored: one per token of the fill as the
-model wrote it, end-of-fill's last when it ended there). So a client that takes the
-minimum of them, as the project's remote dialects do, gets the confidence the engine
-gave the fill, and gates it as the local engine would. Each token's text is the
-tokenizer's text of its id; an entry past the tokens the candidate still holds (the
-end-of-fill token, or tokens the syntax check cut away) has the text "" (and on /infill
-the id -1). A fill cut at a `stop` string keeps the tokens up to the one the stop
-string starts in, as vLLM's and llama.cpp's streams do; the end-of-fill token is then
-not among them. The engine keeps no alternatives: `top_logprobs` carries the chosen
-token only (null on the OpenAI forms when `logprobs` is 0).
+Everything here is the engine's, read off its candidate: the values are its
+`token_logprobs`, the numbers its confidence was made from (engine.candidate.scored: one
+per token, end-of-fill's last when the fill ended there); each token's text is its
+`token_texts` entry, the part of the choice's text it writes, so the texts spell the text
+and the offsets follow from them. The engine keeps these in step when it changes a fill
+(engine.candidate.trimmed, rewritten): a fill it wrote anew (re-indented) carries no
+values, and none are sent for it. End-of-fill's entry has the text "" (and on /infill the
+id -1). A fill cut at a `stop` string is cut by the same rule (`trimmed`, `through`):
+the tokens up to the one the stop string starts in (as vLLM's and llama.cpp's streams
+give them), that one's text cut at the stop (llama.cpp's gives it as ""), so the texts
+still spell the choice's text; end-of-fill is then not among them. The engine
+keeps no alternatives: `top_logprobs` carries the chosen token only (null on the OpenAI
+forms when `logprobs` is 0).
 """
 
 from __future__ import annotations
@@ -20,8 +22,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
-from engine.candidate import Candidate
-from engine.models.tokenizer import Tokenizer
+from engine.candidate import Candidate, trimmed
 
 
 @dataclass(frozen=True)
@@ -37,31 +38,23 @@ class TokenLogprobs:
     top: bool
 
 
-def token_logprobs(cand: Candidate, tok: Tokenizer | None, text: str, top: bool) -> TokenLogprobs | None:
+def token_logprobs(cand: Candidate, text: str, top: bool) -> TokenLogprobs | None:
     """The tokens of `cand` (as the engine gave it) for a choice whose text is `text`
     (`cand.text`, or its start where a stop string cut it); None: the engine gave no
-    log-probabilities."""
+    log-probabilities for it."""
+    if len(text) < len(cand.text):
+        cand = trimmed(cand, end=len(text), through=True)
     values = cand.token_logprobs
     if values is None:
         return None
-    ids: list[int | None] = list(cand.token_ids[: len(values)])
-    tokens = [tok.decode([i]) if tok is not None and i is not None else "" for i in ids]
-    ids += [None] * (len(values) - len(ids))
-    tokens += [""] * (len(values) - len(tokens))
-    ends = list(accumulate(len(t) for t in tokens))
-    written = "".join(tokens)
-    # the indentation the engine's fit dropped from the fill's start (engine.fill.fit_indent)
-    lead = max(0, _indent(written) - _indent(cand.text))
-    ends = [e - lead for e in ends]
-    keep = len(values)
-    if len(text) < len(cand.text):  # cut at a stop string: up to the token it starts in
-        keep = next((k + 1 for k, e in enumerate(ends) if e > len(text)), keep)
-    starts = [min(len(text), max(0, e - len(t))) for e, t in zip(ends[:keep], tokens[:keep], strict=True)]
-    return TokenLogprobs(ids[:keep], tokens[:keep], list(values[:keep]), starts, top)
-
-
-def _indent(text: str) -> int:
-    return len(text) - len(text.lstrip(" \t"))
+    n = len(values)
+    texts = cand.token_texts if cand.token_texts is not None else [""] * len(cand.token_ids)
+    ids: list[int | None] = [*cand.token_ids[:n]]
+    tokens = texts[:n]
+    ids += [None] * (n - len(ids))  # end-of-fill
+    tokens += [""] * (n - len(tokens))
+    offsets = list(accumulate((len(t) for t in tokens), initial=0))[:n]
+    return TokenLogprobs(ids, tokens, list(values), offsets, top)
 
 
 def openai(lp: TokenLogprobs | None) -> dict[str, Any] | None:

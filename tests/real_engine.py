@@ -7,7 +7,8 @@ vocabulary (byte tokens, the letters x and y, BOS/EOS) and llama.cpp's FIM token
 Every block's output projections are zero and every token embeds to the same vector, so
 the logits do not depend on the prompt: only x and y have high logits (x the highest),
 so a greedy fill is x repeated, a sampled one a string of x and y, and it never writes
-end-of-sequence: a fill runs to the budget it is given. Its fills are valid UTF-8 and
+end-of-sequence: a fill runs to the budget it is given (``eos_logit`` gives end-of-sequence
+a logit too: below x's, a sampled fill then ends by itself). Its fills are valid UTF-8 and
 parse as identifiers; `letter_logprobs` is each letter's log-probability under those
 fixed logits, which the engine's reported log-probabilities must equal. ``width`` sets the model's size, and so the time one token costs
 (the cancellation tests want a slow one).
@@ -56,20 +57,30 @@ def vocabulary(fim: bool = True, vocab_letters: str = "xy") -> tuple[list[str], 
     return tokens, fim_ids, letter_ids
 
 
-def letter_logprobs(fim: bool = True, vocab_letters: str = "xy") -> dict[str, float]:
-    """Each letter's log-probability, the same after any prompt: the model's logits are
-    fixed (TOP_LOGIT for the first letter, one less for each next, OTHER_LOGIT for every
+def letter_logprobs(fim: bool = True, vocab_letters: str = "xy", eos_logit: float | None = None) -> dict[str, float]:
+    """Each letter's log-probability (and end-of-sequence's, as "</s>", with `eos_logit`),
+    the same after any prompt: the model's logits are fixed (TOP_LOGIT for the first
+    letter, one less for each next, `eos_logit` for end-of-sequence, OTHER_LOGIT for every
     other token), so this is their log-softmax, as an engine that reports log-probabilities
     must give it."""
     tokens, _, letter_ids = vocabulary(fim, vocab_letters)
     logits = {ch: TOP_LOGIT - i for i, ch in enumerate(vocab_letters)}
+    if eos_logit is not None:
+        logits["</s>"] = eos_logit
     others = len(tokens) - len(logits)
     log_z = math.log(sum(math.exp(v) for v in logits.values()) + others * math.exp(OTHER_LOGIT))
     return {ch: v - log_z for ch, v in logits.items()}
 
 
 def write_gguf(
-    path: Path, *, width: int = 64, layers: int = 1, fim: bool = True, vocab_letters: str = "xy", chat: bool = True
+    path: Path,
+    *,
+    width: int = 64,
+    layers: int = 1,
+    fim: bool = True,
+    vocab_letters: str = "xy",
+    chat: bool = True,
+    eos_logit: float | None = None,
 ) -> Path:
     """A tiny llama GGUF at `path` (see the module's docstring)."""
     import gguf
@@ -129,6 +140,8 @@ def write_gguf(
     out = np.full((vocab, width), OTHER_LOGIT / width, dtype=f32)
     for i, ch in enumerate(vocab_letters):
         out[letter_ids[ch]] = (TOP_LOGIT - 1.0 * i) / width
+    if eos_logit is not None:
+        out[2] = eos_logit / width
     w.add_tensor("output.weight", out)
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -4,6 +4,7 @@ and every fault the issue lists (contract tests against tests/fake_engine.py).""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import threading
@@ -456,7 +457,9 @@ def test_a_stream_with_a_piece_missing_its_logprobs_gives_no_confidence(engine_s
 
 
 @pytest.mark.parametrize("dialect", ["openai-fim", "llama-infill"])
-def test_an_endpoint_that_refuses_logprobs_is_asked_again_without_them_or_told_how_to_stop(engine_server: Engine, dialect: str) -> None:
+def test_an_endpoint_that_refuses_logprobs_is_asked_again_without_them_or_told_how_to_stop(
+    engine_server: Engine, dialect: str
+) -> None:
     field = "n_probs" if dialect == "llama-infill" else "logprobs"
     message = {"error": {"message": f"Extra inputs are not permitted: body.{field}"}}
     engine_server.reply = lambda h, b: json_reply(h, 400, message) if field in b else answers(h, b)
@@ -501,3 +504,63 @@ def test_a_real_engines_logprobs_are_the_fills_confidence(real_engine: Any, dial
     assert cand.token_logprobs is not None and len(cand.token_logprobs) == 32
     assert cand.token_logprobs == pytest.approx([letter_logprobs()["x"]] * 32, rel=1e-4)
     assert cand.score == pytest.approx(math.exp(letter_logprobs()["x"]), rel=1e-4)
+
+
+EOS_LOGIT = 5.5  # below x's (6): a sampled fill ends at end-of-sequence after a few letters
+
+
+def llama_cpp(url: str, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """llama.cpp's reply to `body` at `path`: [the whole reply], or a stream's events."""
+    import httpx
+
+    if not body.get("stream"):
+        reply = httpx.post(url + path, json=body, timeout=30)
+        assert reply.status_code == 200, reply.text
+        return [reply.json()]
+    with httpx.stream("POST", url + path, json=body, timeout=30) as reply:
+        lines = [line[6:] for line in reply.iter_lines() if line.startswith("data: ")]
+    return [json.loads(x) for x in lines if x != "[DONE]"]
+
+
+def llama_cpp_tokens(path: str, replies: list[dict[str, Any]]) -> list[tuple[str, float]]:
+    """(text, log-probability) of each token a reply (or a stream's events) carries."""
+    if path == "/infill":
+        probs = [p for r in replies for p in r.get("completion_probabilities") or []]
+    else:
+        probs = [p for r in replies for c in r["choices"] for p in (c.get("logprobs") or {}).get("content") or []]
+    return [(p["token"], p["logprob"]) for p in probs]
+
+
+def test_llama_cpps_end_of_sequence_and_stop_strings_as_docs_confidence_says(tmp_path: Any) -> None:
+    """What docs/confidence.md says llama.cpp's server sends, on a model whose fills end by
+    themselves (tests/real_engine.py, `eos_logit`): a fill that ends at end-of-sequence
+    carries that token's log-probability last, text "", on /infill and its OpenAI route,
+    whole and streamed; cut at a stop string, a stream carries the stop string's token
+    (text "") and no end-of-sequence, and a whole reply no log-probabilities at all."""
+    pytest.importorskip("xllamacpp")
+    from tests.real_engine import letter_logprobs, llama_server, write_gguf
+
+    lp = letter_logprobs(eos_logit=EOS_LOGIT)
+    infill = {"input_prefix": "a = ", "input_suffix": "\n", "n_predict": 16, "n_probs": 1, "temperature": 1.0}
+    openai = {"prompt": "a = ", "max_tokens": 16, "logprobs": 1, "temperature": 1.0}
+    with llama_server(write_gguf(tmp_path / "ends.gguf", eos_logit=EOS_LOGIT)) as eng:
+        seed = next(s for s in range(50) if "y" in llama_cpp(eng.url, "/infill", {**infill, "seed": s})[0]["content"])
+        for path, body in (("/infill", infill), ("/v1/completions", openai)):
+            for stream in (False, True):
+                got = llama_cpp_tokens(path, llama_cpp(eng.url, path, {**body, "seed": seed, "stream": stream}))
+                text = "".join(t for t, _ in got)
+                assert got[-1] == ("", pytest.approx(lp["</s>"], abs=1e-4)), (path, stream)
+                assert got[:-1] == [(ch, pytest.approx(lp[ch], abs=1e-4)) for ch in text] and "y" in text
+        stop = {**infill, "seed": seed, "stop": ["y"]}
+        whole = llama_cpp(eng.url, "/infill", stop)[0]
+        assert whole["stop_type"] == "word" and "y" not in whole["content"]
+        assert not whole.get("completion_probabilities")
+        streamed = llama_cpp_tokens("/infill", llama_cpp(eng.url, "/infill", {**stop, "stream": True}))
+        assert streamed == [
+            *((ch, pytest.approx(lp["x"], abs=1e-4)) for ch in whole["content"]),
+            ("", pytest.approx(lp["y"], abs=1e-4)),
+        ]
+        assert (
+            llama_cpp(eng.url, "/v1/completions", {**openai, "seed": seed, "stop": ["y"]})[0]["choices"][0]["logprobs"]
+            is None
+        )

@@ -1,26 +1,32 @@
 """`logprobs` (OpenAI's forms) and `n_probs` (/infill): each choice's tokens'
 log-probabilities, the engine's own (the numbers its confidence was made from), whole and
-streamed, cut with the text at a stop string; and the project's remote dialects reading
-them back get the confidence the local engine gives the same fill."""
+streamed, cut with the text at a stop string; the tokens' texts spell the text where the
+engine dropped indentation and cut the fill to parse, a character of several byte tokens
+included; a fill the engine wrote anew carries none; and the project's remote dialects
+reading them back get the confidence the local engine gives the same fill."""
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from engine.candidate import Candidate, scored
-from engine.fill import Engine, InfillRequest
+from engine.candidate import Candidate, scored, spelled
+from engine.fill import Engine, InfillRequest, fitted
 from engine.remote.generator import RemoteConfig, remote_engine
 from fill_server.logprobs import token_logprobs
-from tests.serve.harness import Running
+from tests.serve.harness import Running, running
+from tests.unit.writes import Writes
 
 PREFIX = "def total(items):\n    count = 0\n    for item in items:\n        count += item\n    return "
 SUFFIX = "\n\n\nprint(total([1, 2]))\n"
 LONG = {"prompt": "def f(x):\n    ", "suffix": "\n", "max_tokens": 32, "min_tokens": 12}  # a fill of many tokens
+# a cursor on a blank line indented by the editor, inside a block
+INDENTED = {"prompt": "def f(a):\n    if a:\n        ", "suffix": "\n    return a\n", "language": "python"}
 
 
 class Letters:
@@ -28,20 +34,23 @@ class Letters:
 
     VOCAB = ["    ", "ret", "urn", " x", ".", "va", "\n", "lue"]
 
+    def encode(self, text: str) -> list[int]:
+        raise NotImplementedError
+
     def decode(self, ids: list[int]) -> str:
         return "".join(self.VOCAB[i] for i in ids)
 
 
-def written(ids: list[int], logprobs: list[float], text: str | None = None) -> Candidate:
-    """A candidate as the engine gives it: its tokens, their log-probabilities (one more:
-    end-of-fill's), and its text (the tokens' unless the engine changed it)."""
+def written(ids: list[int], logprobs: list[float]) -> Candidate:
+    """A candidate as the engine gives it: its tokens spelled, their log-probabilities (one
+    more: end-of-fill's)."""
     tok = Letters()
-    return scored(Candidate(tok.decode(ids) if text is None else text, ids, [0.5] * len(ids)), logprobs)
+    return spelled(scored(Candidate(tok.decode(ids), ids, [0.5] * len(ids)), logprobs), tok)
 
 
 def test_each_token_with_its_text_and_offset_end_of_fill_last() -> None:
     cand = written([1, 2, 3], [-0.1, -0.2, -0.3, -0.4])
-    lp = token_logprobs(cand, Letters(), cand.text, top=True)  # type: ignore[arg-type]
+    lp = token_logprobs(cand, cand.text, top=True)
     assert lp is not None and (lp.tokens, lp.offsets, lp.ids) == (
         ["ret", "urn", " x", ""],
         [0, 3, 6, 8],
@@ -52,23 +61,28 @@ def test_each_token_with_its_text_and_offset_end_of_fill_last() -> None:
 
 def test_a_stop_string_keeps_the_tokens_up_to_the_one_it_starts_in() -> None:
     cand = written([1, 2, 3, 4, 5, 7], [-0.1, -0.2, -0.3, -0.4, -0.5, -0.6, -0.7])  # "return x.value" <eof>
-    lp = token_logprobs(cand, Letters(), "return x", top=False)  # type: ignore[arg-type]
-    # stop "." (or ".va"): the "." token is the last; the tokens after it and end-of-fill are not the reply's
-    assert lp is not None and lp.tokens == ["ret", "urn", " x", "."] and lp.logprobs == [-0.1, -0.2, -0.3, -0.4]
-    assert lp.offsets == [0, 3, 6, 8]
-    cut_mid_token = token_logprobs(cand, Letters(), "return x.v", top=False)  # type: ignore[arg-type]
-    assert cut_mid_token is not None and cut_mid_token.tokens[-1] == "va"
+    lp = token_logprobs(cand, "return x", top=False)
+    # stop "." (or ".va"): the "." token is the last, writing "" (as llama.cpp's stream gives it); the tokens
+    # after it and end-of-fill are not the reply's
+    assert lp is not None and lp.tokens == ["ret", "urn", " x", ""] and lp.logprobs == [-0.1, -0.2, -0.3, -0.4]
+    assert lp.ids == [1, 2, 3, 4] and lp.offsets == [0, 3, 6, 8]
+    cut_mid_token = token_logprobs(cand, "return x.v", top=False)
+    assert cut_mid_token is not None and cut_mid_token.ids[-1] == 5 and cut_mid_token.tokens[-2:] == [".", "v"]
+    assert "".join(cut_mid_token.tokens) == "return x.v"
 
 
 def test_offsets_follow_the_indentation_the_engine_dropped() -> None:
-    """engine.fill.fit_indent drops the fill's indentation where the editor put it."""
-    cand = written([0, 1, 2], [-0.1, -0.2, -0.3], text="return")
-    lp = token_logprobs(cand, Letters(), "return", top=False)  # type: ignore[arg-type]
+    """engine.fill.fit_indent drops the fill's indentation where the editor put it: the
+    indentation's token stays, writing "", so the tokens spell the text and keep their values."""
+    cand = fitted("def f():\n    ", written([0, 1, 2], [-0.1, -0.2, -0.3]))
+    assert cand.text == "return"
+    lp = token_logprobs(cand, "return", top=False)
     assert lp is not None and lp.offsets == [0, 0, 3] and lp.logprobs == [-0.1, -0.2, -0.3]
+    assert lp.tokens == ["", "ret", "urn"] and "".join(lp.tokens) == cand.text
 
 
 def test_a_candidate_without_logprobs_has_none() -> None:
-    assert token_logprobs(Candidate("x", [1], [0.5]), Letters(), "x", top=True) is None  # type: ignore[arg-type]
+    assert token_logprobs(Candidate("x", [1], [0.5]), "x", top=True) is None
 
 
 def engine_of(server: Running) -> Engine:
@@ -161,3 +175,80 @@ def test_a_remote_dialect_reading_serve_gets_the_engines_confidence(shipped: Run
     assert got.text == own.text and got.score is not None
     assert got.score == pytest.approx(own.score, abs=1e-6)
     assert got.token_logprobs == pytest.approx(own.token_logprobs, abs=1e-6)
+
+
+@pytest.fixture()
+def writes(request: pytest.FixtureRequest) -> Iterator[tuple[Running, Writes]]:
+    gen = Writes(request.param)
+    with running(lambda: Engine(gen)) as server:  # type: ignore[arg-type]
+        yield server, gen
+
+
+@pytest.mark.parametrize("writes", ["        x = 1\n        y = 2\n    )\n"], indirect=True)
+def test_an_indented_python_fill_cut_to_parse_keeps_its_tokens_and_values_together(
+    writes: tuple[Running, Writes],
+) -> None:
+    """The editor's indentation dropped, then the last line cut to parse: each token kept
+    is the model's own, with its own value; the tokens spell the text."""
+    server, gen = writes
+    model = gen.cand.token_logprobs or []
+    choice = post(server, "/v1/completions", {**INDENTED, "logprobs": 1})["choices"][0]
+    lp = choice["logprobs"]
+    assert choice["text"] == "x = 1\n        y = 2\n"
+    assert "".join(lp["tokens"]) == choice["text"]
+    kept = len(lp["tokens"])
+    assert lp["token_logprobs"] == model[:kept]  # the model's values, no end-of-fill: the fill was cut
+    assert lp["text_offset"] == [len("".join(lp["tokens"][:k])) for k in range(kept)]
+    infill = {"input_prefix": INDENTED["prompt"], "input_suffix": INDENTED["suffix"], "language": "python"}
+    probs = post(server, "/infill", {**infill, "n_probs": 1})["completion_probabilities"]
+    assert [p["id"] for p in probs] == gen.cand.token_ids[:kept]
+    assert [p["token"] for p in probs] == lp["tokens"] and [p["logprob"] for p in probs] == model[:kept]
+
+
+@pytest.mark.parametrize("writes", ["x = 1\n"], indirect=True)
+def test_a_fill_the_engine_wrote_anew_carries_no_values(writes: tuple[Running, Writes]) -> None:
+    """A whole line moved to the next line's indentation to parse is tokens the model did
+    not write: no value of its can be paired with them, so none are sent."""
+    server, _ = writes
+    body = {"prompt": "def f(a):\n    if a:\n        b = 1\n", "suffix": "        return a\n", "language": "python"}
+    choice = post(server, "/v1/completions", {**body, "logprobs": 1})["choices"][0]
+    assert choice["text"] == "        x = 1\n" and choice["logprobs"] is None
+    infill = {"input_prefix": body["prompt"], "input_suffix": body["suffix"], "language": "python", "n_probs": 1}
+    assert "completion_probabilities" not in post(server, "/infill", infill)
+
+
+@pytest.mark.parametrize("writes", ["name = '漢字'\n"], indirect=True)
+def test_a_character_of_several_byte_tokens_is_one_tokens_text(writes: tuple[Running, Writes]) -> None:
+    """Each of 漢's three byte tokens decodes alone to U+FFFD: the tokens before the one
+    that completes it write "", so the offsets hold and a stop cut splits no character."""
+    server, gen = writes
+    body = {"prompt": "x = 1\n", "suffix": "\n", "logprobs": 1}
+    lp = post(server, "/v1/completions", body)["choices"][0]["logprobs"]
+    assert "".join(lp["tokens"]) == "name = '漢字'\n" and "\ufffd" not in "".join(lp["tokens"])
+    assert lp["token_logprobs"] == gen.cand.token_logprobs  # not cut: every token's, end-of-fill's last
+    assert lp["text_offset"] == [len("".join(lp["tokens"][:k])) for k in range(len(lp["tokens"]))]
+    cut = post(server, "/v1/completions", {**body, "stop": ["字"]})["choices"][0]
+    tokens = cut["logprobs"]["tokens"]
+    assert cut["text"] == "name = '漢" and "".join(tokens) == cut["text"]
+    assert tokens[-1] == ""  # the first byte token of 字, where the stop string starts
+    assert cut["logprobs"]["token_logprobs"] == gen.cand.token_logprobs[: len(tokens)]
+
+
+def test_an_indented_python_fill_of_the_shipped_model_spells_its_text(shipped: Running) -> None:
+    """With a language the engine fits the indentation and checks the syntax (this fill,
+    a line the shipped model runs on past its budget, is cut to parse): the reply's tokens
+    still spell its text, and its values are the engine's candidate's (none where the
+    engine wrote the fill anew)."""
+    prefix, suffix = "def f(x):\n    try:\n        ", "\n    except ValueError:\n        pass\n"
+    body = {"prompt": prefix, "suffix": suffix, "language": "python", "max_tokens": 24, "logprobs": 1}
+    choice = post(shipped, "/v1/completions", body)["choices"][0]
+    own = engine_of(shipped).configured(max_canvas_tokens=24).fill(InfillRequest(prefix, suffix, language="python"))
+    cand = own.candidates[0]
+    assert choice["text"] == cand.text
+    lp = choice["logprobs"]
+    if cand.token_logprobs is None:
+        assert lp is None
+        return
+    assert "".join(lp["tokens"]) == choice["text"]
+    assert lp["token_logprobs"] == pytest.approx(cand.token_logprobs, abs=1e-6)
+    assert lp["tokens"][: len(cand.token_ids)] == cand.token_texts
