@@ -120,10 +120,10 @@ def choose(model_type: object, backend: str = AUTO, quantization: str = NO_QUANT
         )
     chosen = wanted or found
     if quantization not in chosen.quantizations:
-        kinds = sorted({r.kind for r in TABLE if quantization in r.quantizations})
-        takers = ", ".join(kinds[:-1]) + f" and {kinds[-1]}" if len(kinds) > 1 else "".join(kinds)
+        # one kind per backend, apart: a kind is itself a list ("Dream, Qwen2 or Llama")
+        takers = "; ".join(f"{r.kind} ({r.name})" for r in TABLE if quantization in r.quantizations)
         raise ModelLoadError(
-            f"quantization {quantization!r} is for {takers} checkpoints; {where} is {chosen.a_kind} "
+            f"quantization {quantization!r} is for these checkpoints: {takers}. {where} is {chosen.a_kind} "
             f"checkpoint (backend {chosen.name} takes: {', '.join(chosen.quantizations)})"
         )
     return chosen

@@ -21,6 +21,7 @@ from engine.denoisers.loading import load_model  # noqa: E402
 from engine.errors import ModelLoadError  # noqa: E402
 from engine.fill import FillOptions, InfillRequest  # noqa: E402
 from engine.local.generator import local_engine  # noqa: E402
+from engine.models.table import TABLE  # noqa: E402
 from tests.engine.test_diffusion_gemma import CANVAS, _checkpoint_dir, tiny_config  # noqa: E402
 
 
@@ -90,8 +91,13 @@ def test_a_device_too_small_gets_a_setting_that_fits(checkpoint: Path, monkeypat
 def test_quantization_is_refused_where_it_does_not_apply(checkpoint: Path, tiny_model_dir: Path) -> None:
     with pytest.raises(ModelLoadError, match="unknown quantization"):
         load_model(checkpoint, quantization="2bit")
-    with pytest.raises(ModelLoadError, match="for DiffusionGemma, Dream, Qwen2 or Llama and LLaDA checkpoints"):
+    with pytest.raises(ModelLoadError, match="is for these checkpoints: ") as refused:
         load_model(tiny_model_dir, quantization="4bit")
+    message = str(refused.value)
+    takers = [r for r in TABLE if "4bit" in r.quantizations]
+    assert len(takers) >= 2 and all(f"{r.kind} ({r.name})" in message for r in takers)
+    assert "embedded-architecture (onnx)" not in message  # the shipped model's kind takes none
+    assert "backend onnx takes: none" in message
 
 
 def test_the_cli_fills_with_a_quantized_checkpoint(checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> None:
