@@ -35,6 +35,10 @@ class SamplerConfig:
     a model directory's config.json overrides them (the shipped one: "autoregressive")."""
 
     strategy: Strategy = "entropy_bound"
+    # the canvas loop's forward passes; with block_length each block gets max_steps // blocks
+    # of them but at least one, and a shifted block-causal model's settled first token of a
+    # block takes one of its own (engine/local/sampler.py): so a fill may run more than
+    # max_steps passes, one a block and one a model's block at most
     max_steps: int = 32
     entropy_bound: float = 1.0  # nats: accept the k lowest-entropy tokens within it
     confidence_threshold: float = 0.9  # probability: accept tokens at least this likely
@@ -49,7 +53,7 @@ class SamplerConfig:
     min_tokens: int = 0  # the fill has at least this many tokens (end-of-fill and padding barred before)
     # semi-autoregressive blocks (absorbing regime): the canvas decoded in blocks of this
     # many positions, in order, each within its share of the steps (engine/local/sampler.py);
-    # None: the canvas is one block
+    # None: the canvas is one block. The uniform regime ignores it (a debug log line says so).
     block_length: int | None = None
     seed: int | None = None
     # "verified" (engine/local/verify.py): drafts the one-token mode keeps where it agrees,

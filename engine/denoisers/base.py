@@ -34,6 +34,14 @@ class DenoiserInfo:
     suppress_ids: tuple[int, ...] = ()  # never sampled (mask, context sentinels)
     autoregressive: bool = False  # the backend also decodes one token at a time (Autoregressive)
     length_classes: int = 0  # the backend predicts the fill's token count (LengthPredictor) in this many classes
+    # block-causal models (engine.denoisers.block_causal): attention in blocks of this many
+    # positions, counted from the start of the sequence, in which the canvas begins at
+    # position len(state.token_ids); the sampler's blocks count from there too. None: none.
+    block_size: int | None = None
+    # with block_size, a shifted model (the hidden state at i predicts token i + 1): the
+    # first position of a block is predicted from the block before, so once that block has
+    # no mask its prediction is settled (the sampler takes it first, alone)
+    block_start_settled: bool = False
 
 
 @dataclass(frozen=True)
@@ -148,6 +156,20 @@ class Autoregressive(Protocol):
     def cut(self, state: EncodedContext, length: int) -> EncodedContext:
         """The state's first `length` tokens (a prefix of its cache; tokens `extend`
         appended are dropped). Never mutates `state`."""
+        ...
+
+
+@runtime_checkable
+class StepReuse(Protocol):
+    """A denoiser that reuses, within one fill, what a denoising step computed in the next
+    (the block_causal backend: the keys and values of the canvas's blocks that no longer
+    change). The canvas loop asks it for the fill's own state before the first step, hands
+    that to every `denoise` of the fill, and drops it after the last, which frees what it
+    held; a caller that does not (a wrapping denoiser) only loses the reuse."""
+
+    def fill_state(self, state: EncodedContext) -> EncodedContext:
+        """A state for one fill against `state`'s context (never written), holding what the
+        fill's steps leave for the next."""
         ...
 
 

@@ -26,25 +26,31 @@ on it).
 The exact cache. A block's keys and values depend only on the tokens of the blocks up to
 it, so they are exact for as long as those tokens are. `encode` keeps the keys and values
 of the context's complete blocks (reusing a cached state's for the blocks the new context
-shares with it: a keystroke reuses the prefix); each `denoise` step reuses those and the
-previous step's blocks that are complete and unchanged (no mask in any row), and runs the
-rest of the sequence from the first block that changed. `positions_run` counts the
-positions run through the model (each row's), which the tests read.
+shares with it: a keystroke reuses the prefix). A fill's steps run against the fill's own
+state (`fill_state`, which the sampler asks for: engine.denoisers.base.StepReuse): each
+`denoise` keeps in it the blocks of its rows that are complete and hold no mask, with
+their keys and values and the logits predicted from them, keyed by their tokens at their
+sequence positions; the next step of the fill reuses those its rows still share and runs
+the rest from the first block that changed. The fill's state goes with the fill, and
+what it held with it; a `denoise` against the context's own state reuses the context
+alone. Cropping a cache is exact or not done (hf_cache.cropped). `positions_run` counts
+the positions run through the model (each row's), which the tests read.
 
-Decoding. `canvas_start` and `settled` make the denoiser a `SequenceBlocks` for the
-sampler (engine/local/sampler.py): its blocks are counted from the sequence's start, so
-they fall within the model's, and a shifted model's first position of a block, whose
-prediction is complete once the blocks before it are, is taken first, alone (Fast-dLLM
-v2's generation takes it as an autoregressive token). The families' published decoding is
+Decoding. The denoiser's info declares the model's blocks (`DenoiserInfo.block_size`,
+counted from the sequence's start) and, for a shifted model, that a block's first
+position settles once the blocks before it are complete (`block_start_settled`): the
+sampler (engine/local/sampler.py) counts its blocks from the sequence's start, so that
+they fall within the model's, and takes such a position first, alone (Fast-dLLM v2's
+generation takes it as an autoregressive token). The families' published decoding is
 their sampler defaults (BLOCK_FAMILIES), under generation_config.json's fields and
-config.json's diffusion_lsp.defaults. There is no one-token mode.
+config.json's diffusion_lsp.defaults; a block length that does not divide the model's
+block size is refused at load (`block_defaults`). There is no one-token mode.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,14 +64,17 @@ except ImportError as exc:
     ) from exc
 
 from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, as_prompt
-from engine.denoisers.hf_cache import cache_nbytes, expand_cache, fork_cache
-from engine.denoisers.hf_load import load_pretrained
+from engine.denoisers.hf_cache import CACHE_KW, cache_nbytes, cropped, expand_cache, fork_cache
+from engine.denoisers.hf_load import load_pretrained, qwen_config
 from engine.denoisers.kv import common_prefix_len
-from engine.denoisers.layouts import DreamLayout, dream_tokens, settled_positions
+from engine.denoisers.layouts import DreamLayout, dream_tokens
 from engine.denoisers.loading import LoadedModel
 from engine.denoisers.torch import OnModelDevice
 from engine.errors import ModelLoadError
 from engine.models.directory import (
+    BLOCK_FIELDS,
+    CONFIG_FILE,
+    GENERATION_FILE,
     TOKENIZER_FILE,
     BlockCausal,
     block_causal,
@@ -75,7 +84,6 @@ from engine.models.directory import (
     require,
 )
 
-_CACHE_KW = "cache" if "cache" in inspect.signature(Qwen2ForCausalLM.forward).parameters else "past_key_values"
 # the mask tokens' names in the families' tokenizers: Fast-dLLM v2's, SDAR's (its
 # added_tokens.json and tokenizer_config.json name it differently), the Dream family's
 MASK_NAMES = ("|<MASK>|", "<|MASK|>", "<MASK>", "<|mask|>")
@@ -95,16 +103,27 @@ class BlockPayload:
     last_logits: torch.Tensor | None
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Steps:
-    """What a fill's previous step left reusable: its rows' tokens up to `held` (a block
-    boundary, no mask in any row before it), their keys and values, and the logits of
-    the canvas positions predicted from held positions (B, n, V)."""
+    """What a step left for the next of its fill: its rows' tokens at sequence positions
+    0..held (a block boundary, no mask in any row before it), their keys and values, and the
+    logits (B, n, V) predicting sequence positions first..first + n (those predicted from
+    held positions)."""
 
     rows: torch.Tensor
     held: int
     cache: Cache
+    first: int
     logits: torch.Tensor
+
+
+@dataclass
+class _Fill:
+    """One fill's state (`fill_state`): the context it runs against and what its latest
+    step left reusable; it lives as long as the fill, so nothing outlives it."""
+
+    context: BlockPayload
+    steps: _Steps | None = None
 
 
 class BlockCausalDenoiser(OnModelDevice):
@@ -115,12 +134,11 @@ class BlockCausalDenoiser(OnModelDevice):
     def __init__(self, model: PreTrainedModel, layout: DreamLayout, info: DenoiserInfo, blocks: BlockCausal) -> None:
         self.model = model
         self.layout = layout
-        self.info = info
+        self.info = replace(info, block_size=blocks.size, block_start_settled=blocks.family.shifted)
         self.mask = info.mask_id if info.mask_id is not None else -1  # the absorbing canvas always has one
         self.block = blocks.size
         self.shift = 1 if blocks.family.shifted else 0
         self.positions_run = 0  # positions run through the model, each row's (the tests read it)
-        self._steps: _Steps | None = None
 
     # ------------------------------------------------------------------ protocol
 
@@ -130,21 +148,28 @@ class BlockCausalDenoiser(OnModelDevice):
         if len(ids) >= self.info.max_positions:
             raise ValueError(f"context of {len(ids)} tokens exceeds max_positions={self.info.max_positions}")
         held = len(ids) // self.block * self.block
-        cache, start = self._reused(ids, held, state)
+        old = _context(state)
+        cache, start = self._reused(ids, held, state.token_ids if state is not None else (), old)
         last = None
         if held > start:
             with torch.inference_mode():
                 hidden = self._run(torch.tensor([ids[start:held]], device=self.device), cache, start)
                 last = self.model.lm_head(hidden[:, -1]).float()[0] if self.shift else None
-        elif held and self.shift and state is not None:
-            last = self._payload(state).last_logits
+        elif held and self.shift and old is not None:
+            last = old.last_logits
         return EncodedContext(tuple(ids), BlockPayload(cache, held, last), nbytes=cache_nbytes(cache))
+
+    def fill_state(self, state: EncodedContext) -> EncodedContext:
+        """A state for one fill (`StepReuse`): each step keeps in it the blocks that no
+        longer change, for the next step of the same fill."""
+        return EncodedContext(state.token_ids, _Fill(self._payload(state)), nbytes=state.nbytes)
 
     def denoise(self, state: EncodedContext, canvas_ids: Any, self_cond: Any | None = None) -> torch.Tensor:
         """One step: the sequence `context canvas` for each row, from its first block that
-        is not held (the context's, or the previous step's), block-causally: canvas (B, C)
-        -> float32 logits (B, C, V), the shift applied."""
+        is not held (the context's, or, in a fill's state, the fill's previous step's),
+        block-causally: canvas (B, C) -> float32 logits (B, C, V), the shift applied."""
         pay = self._payload(state)
+        fill = state.payload if isinstance(state.payload, _Fill) else None
         canvas = torch.as_tensor(canvas_ids, device=self.device).long()
         if canvas.ndim != 2:
             raise ValueError(f"canvas_ids must be (B, C); got shape {tuple(canvas.shape)}")
@@ -154,81 +179,80 @@ class BlockCausalDenoiser(OnModelDevice):
             raise ValueError(f"context and canvas ({p + c} tokens) exceed max_positions={self.info.max_positions}")
         rows = torch.cat([torch.tensor(state.token_ids, device=self.device).expand(b, -1), canvas], dim=1)
         with torch.inference_mode():
-            cache, start, held_logits = self._step_start(pay, rows, p)
+            reused = self._from_steps(fill.steps, pay, rows, p) if fill is not None else None
+            cache, start, held_logits = reused if reused is not None else self._from_context(pay, b, p)
             hidden = self._run(rows[:, start:], cache, start)
             first = p - self.shift + held_logits.shape[1]  # the hidden state of the first canvas position not held
             fresh = self.model.lm_head(hidden[:, first - start : p - self.shift + c - start]).float()
             logits = torch.cat([held_logits, fresh], dim=1)
-            self._keep(rows, cache, logits, p)
+            if fill is not None:
+                self._keep(fill, rows, cache, logits, p)
         return logits
-
-    def canvas_start(self, state: EncodedContext) -> int:
-        """Positions of the sequence before the canvas (the sampler counts blocks from 0)."""
-        return len(state.token_ids)
-
-    def settled(self, state: EncodedContext, canvas: Any) -> torch.Tensor:
-        """(B, C) bool: a shifted model's first mask of a row where it begins a block
-        (its logits no mask can change); none for an unshifted model."""
-        canvas = torch.as_tensor(canvas, device=self.device)
-        if not self.shift:
-            return torch.zeros(canvas.shape, dtype=torch.bool, device=self.device)
-        return settled_positions(canvas, len(state.token_ids), self.block, self.mask)
 
     # ------------------------------------------------------------------ internals
 
     def _payload(self, state: EncodedContext) -> BlockPayload:
-        if not isinstance(state.payload, BlockPayload):
+        pay = _context(state)
+        if pay is None:
             raise TypeError("state was not made by BlockCausalDenoiser.encode")
-        return state.payload
+        return pay
 
-    def _reused(self, ids: tuple[int, ...], held: int, state: EncodedContext | None) -> tuple[Cache, int]:
-        """(a cache to grow, the positions it holds): `state`'s complete blocks shared with
-        `ids`, cropped to a block boundary (a fork: `state` is never written); for a
-        shifted model at least one block is run again when the held ones end the context,
+    def _reused(
+        self, ids: tuple[int, ...], held: int, old_ids: tuple[int, ...], old: BlockPayload | None
+    ) -> tuple[Cache, int]:
+        """(a cache to grow, the positions it holds): the old state's complete blocks shared
+        with `ids`, cropped to a block boundary (a fork: the old state is never written); for
+        a shifted model at least one block is run again when the held ones end the context,
         for the logits after them."""
-        if state is None or not isinstance(state.payload, BlockPayload):
+        if old is None:
             return DynamicCache(config=self.model.config), 0
-        old = state.payload
-        keep = min(common_prefix_len(state.token_ids, ids), old.held, held) // self.block * self.block
+        keep = min(common_prefix_len(old_ids, ids), old.held, held) // self.block * self.block
         if keep == held and held and self.shift and (held != old.held or old.last_logits is None):
             keep -= self.block
-        if keep <= 0:
+        cache = cropped(old.cache, keep) if keep > 0 else None
+        if cache is None:
             return DynamicCache(config=self.model.config), 0
-        cache = fork_cache(old.cache)
-        _crop(cache, keep)
         return cache, keep
 
-    def _step_start(self, pay: BlockPayload, rows: torch.Tensor, p: int) -> tuple[Cache, int, torch.Tensor]:
+    def _from_context(self, pay: BlockPayload, b: int, p: int) -> tuple[Cache, int, torch.Tensor]:
         """(a cache to grow for the batch, the positions it holds, the logits of the canvas
-        positions predicted from them): the previous step's where it holds more of these
-        rows, else the context's."""
-        b = rows.shape[0]
-        steps = self._steps
-        if steps is not None and steps.rows.shape[0] == b and steps.held > pay.held:
-            same = (rows[:, : steps.held] == steps.rows).all(dim=0)
-            agree = int(same.long().cumprod(0).sum())  # positions equal in every row
-            keep = min(agree, rows.shape[1] - 1) // self.block * self.block  # at least one position runs
-            if keep > pay.held:
-                cache = fork_cache(steps.cache)
-                _crop(cache, keep)
-                return cache, keep, steps.logits[:, : max(0, keep - p + self.shift)]
+        positions predicted from them): the context's complete blocks."""
         cache = expand_cache(fork_cache(pay.cache), b)
-        vocab = int(self.model.config.vocab_size)
-        held = torch.zeros((b, 0, vocab), device=self.device)
+        held = torch.zeros((b, 0, int(self.model.config.vocab_size)), device=self.device)
         if self.shift and pay.held == p and pay.last_logits is not None:  # the context ends a block
             held = pay.last_logits.expand(b, 1, -1)
         return cache, pay.held, held
 
-    def _keep(self, rows: torch.Tensor, cache: Cache, logits: torch.Tensor, p: int) -> None:
-        """Keep this step's rows up to their last complete block with no mask in any row
-        (the keys and values computed there are exact for as long as those tokens stay)."""
+    def _from_steps(
+        self, steps: _Steps | None, pay: BlockPayload, rows: torch.Tensor, p: int
+    ) -> tuple[Cache, int, torch.Tensor] | None:
+        """As `_from_context`, from the fill's previous step where it holds more of these
+        rows (the same tokens at the same sequence positions); None where it does not."""
+        b, t = rows.shape
+        if steps is None or steps.rows.shape[0] != b or steps.held > t or steps.held <= pay.held:
+            return None
+        same = (rows[:, : steps.held] == steps.rows).all(dim=0)
+        agree = int(same.long().cumprod(0).sum())  # positions equal in every row
+        keep = min(agree, t - 1) // self.block * self.block  # at least one position runs
+        end = max(p, keep + self.shift)  # the canvas's positions p..end are predicted from held ones
+        if keep <= pay.held or p < steps.first or end > steps.first + steps.logits.shape[1]:
+            return None
+        cache = cropped(steps.cache, keep)
+        if cache is None:
+            return None
+        return cache, keep, steps.logits[:, p - steps.first : end - steps.first]
+
+    def _keep(self, fill: _Fill, rows: torch.Tensor, cache: Cache, logits: torch.Tensor, p: int) -> None:
+        """Keep in the fill this step's rows up to their last complete block with no mask in
+        any row (the keys and values computed there are exact for as long as those tokens
+        stay), and the logits predicted from them."""
         masked = torch.eq(rows, self.mask).any(dim=0)
         first = int(masked.nonzero()[0]) if bool(masked.any()) else rows.shape[1]
         held = first // self.block * self.block
-        if held > p - p % self.block:
-            _crop(cache, held)
+        kept = cropped(cache, held) if held > p - p % self.block else None
+        if kept is not None:
             n = max(0, min(logits.shape[1], held - p + self.shift))
-            self._steps = _Steps(rows[:, :held].clone(), held, cache, logits[:, :n])
+            fill.steps = _Steps(rows[:, :held].clone(), held, kept, p, logits[:, :n])
 
     def _run(self, ids: torch.Tensor, cache: Cache, start: int) -> torch.Tensor:
         """Run `ids` (B, T) at positions start.. after the `start` positions in `cache`
@@ -246,26 +270,18 @@ class BlockCausalDenoiser(OnModelDevice):
                 position_ids=positions.expand(b, -1),
                 attention_mask=mask,
                 use_cache=True,
-                **{_CACHE_KW: cache},
+                **{CACHE_KW: cache},
             )
         return out.last_hidden_state
 
 
-def _crop(cache: Cache, length: int) -> None:
-    """`cache` cut to its first `length` positions (transformers' crop takes the count to drop)."""
-    drop = length - cache.get_seq_length()
-    if drop < 0:
-        cache.crop(drop)
+def _context(state: EncodedContext | None) -> BlockPayload | None:
+    """The encoded context a state holds (a fill's state holds one too); None: not one of ours."""
+    pay = None if state is None else state.payload
+    return pay.context if isinstance(pay, _Fill) else pay if isinstance(pay, BlockPayload) else None
 
 
 # ---------------------------------------------------------------------------- loading
-
-
-def native_config(cls: Any, cfg: dict[str, Any]) -> Any:
-    """config.json as the transformers configuration `cls` (Qwen2Config, Qwen3Config): the
-    fields it takes by name, and the rotary fields under their older names."""
-    takes = {n for n, p in inspect.signature(cls.__init__).parameters.items() if p.kind is p.KEYWORD_ONLY}
-    return cls(**{k: v for k, v in cfg.items() if k in takes or k in ("rope_theta", "rope_scaling")})
 
 
 def block_tokens(path: Path, cfg: dict[str, Any], own: dict[str, Any]) -> tuple[Any, DreamLayout, list[int]]:
@@ -283,27 +299,53 @@ def block_tokens(path: Path, cfg: dict[str, Any], own: dict[str, Any]) -> tuple[
     return tok, DreamLayout(specials), suppress
 
 
+def block_defaults(path: Path, blocks: BlockCausal, own: dict[str, Any]) -> dict[str, Any]:
+    """The sampler defaults: the family's published decoding, generation_config.json's
+    fields over it, config.json's diffusion_lsp.defaults over both. The sampler's blocks
+    must fall within the model's: a block length either file sets that does not divide the
+    model's block size is a ModelLoadError naming it; the family's own (Fast-dLLM v2's 8)
+    becomes the largest divisor of the block size not above it (8 for 32, 6 for 12)."""
+    published = dict(blocks.family.defaults)
+    wanted = min(published.get("block_length", blocks.size), blocks.size)
+    published["block_length"] = max(d for d in range(1, wanted + 1) if blocks.size % d == 0)
+    generation = decoding_defaults(path)
+    mine = own.get("defaults", {})
+    defaults = {**published, **generation.defaults, **mine}
+    length = defaults["block_length"]
+    if length is None or _divides(length, blocks.size):  # None: the canvas is one block
+        return defaults
+    if "block_length" in mine:
+        where = f"{CONFIG_FILE}: diffusion_lsp.defaults.block_length {length!r}"
+    else:
+        field = next(k for k in BLOCK_FIELDS if k in generation.read)
+        where = f"{GENERATION_FILE}: {field} {length!r}"
+    raise ModelLoadError(
+        f"{path}: {where} does not divide the model's blocks ({CONFIG_FILE} {blocks.family.size_field} "
+        f"{blocks.size}): the sampler's blocks must fall within the model's"
+    )
+
+
+def _divides(value: object, size: int) -> bool:
+    """Whether `value` is a positive int (not a bool) that divides `size`."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1 and size % value == 0
+
+
 def load_dir(path: Path, cfg: dict[str, Any], *, device: str = "cpu", quantization: str = "none") -> LoadedModel:
     """A Fast-dLLM v2 or SDAR checkpoint directory: the family and its block size from
     config.json (engine.models.directory.block_causal), the layers as transformers'
     Qwen2 or Qwen3 (safetensors only, local files only, no remote code, every tensor
-    found), on `device` at `quantization` after the memory check. Decoding defaults: the
-    family's published decoding, generation_config.json's fields over it, config.json's
-    diffusion_lsp.defaults over both."""
+    found), on `device` at `quantization` after the memory check. Decoding defaults:
+    `block_defaults`."""
     require(path, TOKENIZER_FILE)
     blocks = block_causal(path, cfg)
     if blocks is None:
         raise ModelLoadError(f"{path}: model_type {cfg.get('model_type')!r} is not a block-causal family")
     own = cfg.get("diffusion_lsp", {})
+    defaults = block_defaults(path, blocks, own)
     tok, layout, suppress = block_tokens(path, cfg, own)
     config_cls, model_cls = ARCHITECTURES[blocks.family.architecture]
-    config = native_config(config_cls, cfg)
+    config = qwen_config(config_cls, cfg)
     model = load_pretrained(path, model_cls, config, cfg, device=device, quantization=quantization)
     info = layout.sp.info(int(config.vocab_size), int(config.max_position_embeddings), suppress, False)
-    published = {
-        **blocks.family.defaults,
-        "block_length": min(blocks.family.defaults.get("block_length", blocks.size), blocks.size),
-    }
-    defaults = {**published, **decoding_defaults(path).defaults, **own.get("defaults", {})}
     den = BlockCausalDenoiser(model, layout, info, blocks)
     return LoadedModel(path=path, tokenizer=tok, denoiser=den, backend="block_causal", defaults=defaults)

@@ -47,7 +47,7 @@ from engine.denoisers import quant
 from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, PromptLayout, as_prompt
 from engine.denoisers.dg_graph import StepGraph, graph_unavailable_reason
 from engine.denoisers.dg_static import StaticContext, static_step
-from engine.denoisers.hf_cache import cache_nbytes, can_crop, expand_cache, fork_cache
+from engine.denoisers.hf_cache import cache_nbytes, cropped, expand_cache
 from engine.denoisers.hf_device import compute_dtype, resolve_device
 from engine.denoisers.kv import common_prefix_len
 from engine.denoisers.layouts import Plain, suffix_first
@@ -214,11 +214,7 @@ class DiffusionGemmaDenoiser(OnModelDevice):
             common = common_prefix_len(old, ids)
             if common == len(old) == len(ids):
                 return EncodedContext(token_ids=ids, payload=state.payload, nbytes=state.nbytes)
-            if common == len(old):
-                cache, start = fork_cache(state.payload), common
-            elif common > 0 and can_crop(state.payload):
-                cache = fork_cache(state.payload)
-                cache.crop(common - len(old))
+            if common > 0 and (cache := cropped(state.payload, common)) is not None:
                 start = common
         if cache is None:
             cache = DynamicCache(config=self.model.config.get_text_config(decoder=True))

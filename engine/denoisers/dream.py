@@ -35,7 +35,6 @@ the causal sequence). A cached state is never written (engine.denoisers.hf_cache
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,8 +49,8 @@ except ImportError as exc:
     raise ImportError("The dream backend needs torch and transformers: pip install 'diffusion-lsp[torch]'") from exc
 
 from engine.denoisers.base import EncodedContext, Prompt, as_prompt
-from engine.denoisers.hf_cache import cache_nbytes, can_crop, expand_cache, fork_cache
-from engine.denoisers.hf_load import load_pretrained
+from engine.denoisers.hf_cache import CACHE_KW, cache_nbytes, cropped, expand_cache, fork_cache
+from engine.denoisers.hf_load import load_pretrained, qwen_config
 from engine.denoisers.kv import common_prefix_len
 from engine.denoisers.layouts import (
     ONE_TOKEN_OFF,
@@ -80,36 +79,6 @@ from engine.models.tokenizer import Tokenizer
 log = logging.getLogger(__name__)
 
 CACHE_MODES = ("exact", "dual")
-
-# Qwen2 configuration fields a Dream config.json carries under the same names.
-_QWEN2_FIELDS = (
-    "vocab_size",
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "hidden_act",
-    "max_position_embeddings",
-    "initializer_range",
-    "rms_norm_eps",
-    "rope_theta",
-    "rope_scaling",
-    "rope_parameters",
-    "tie_word_embeddings",
-    "attention_dropout",
-    "bos_token_id",
-    "eos_token_id",
-    "pad_token_id",
-)
-
-
-def _cache_keyword() -> str:
-    """transformers names the cache argument `cache` from 5.24, `past_key_values` before."""
-    return "cache" if "cache" in inspect.signature(Qwen2ForCausalLM.forward).parameters else "past_key_values"
-
-
-_CACHE_KW = _cache_keyword()
 
 
 @dataclass(frozen=True)
@@ -233,11 +202,7 @@ class DreamDenoiser(OnModelDevice):
         start = 0
         if old is not None and old.cache is not None:
             keep = min(common_prefix_len(old.parts.causal, seq), len(seq) - 1)
-            if keep == len(old.parts.causal):
-                cache, start = fork_cache(old.cache), keep
-            elif keep > 0 and can_crop(old.cache):
-                cache = fork_cache(old.cache)
-                cache.crop(keep - len(old.parts.causal))  # a negative count: tokens to drop
+            if keep > 0 and (cache := cropped(old.cache, keep)) is not None:
                 start = keep
         if cache is None:
             cache = DynamicCache(config=self.model.config)
@@ -248,7 +213,7 @@ class DreamDenoiser(OnModelDevice):
         ids = torch.tensor([list(new)], dtype=torch.long, device=self.device)
         positions = torch.arange(start, start + len(new), device=self.device).unsqueeze(0)
         with torch.inference_mode():
-            out = self.model(input_ids=ids, position_ids=positions, use_cache=True, **{_CACHE_KW: cache})
+            out = self.model(input_ids=ids, position_ids=positions, use_cache=True, **{CACHE_KW: cache})
         return out.logits[0].float()
 
     def _full_mask(self, batch: int, queries: int, keys: int) -> torch.Tensor:
@@ -318,7 +283,7 @@ class DreamDenoiser(OnModelDevice):
             position_ids=positions,
             attention_mask=self._full_mask(b, c + 1, held + c + 1),
             use_cache=True,
-            **{_CACHE_KW: cache},
+            **{CACHE_KW: cache},
         )
         return self._canvas_logits(out.last_hidden_state, 0, c)
 
@@ -329,7 +294,7 @@ class DreamDenoiser(OnModelDevice):
         ids = self._sequence(parts, canvas)
         t = ids.shape[1]
         cache = DynamicCache(config=self.model.config)
-        self.model.model(input_ids=ids, attention_mask=self._full_mask(1, t, t), use_cache=True, **{_CACHE_KW: cache})
+        self.model.model(input_ids=ids, attention_mask=self._full_mask(1, t, t), use_cache=True, **{CACHE_KW: cache})
         for layer in cache.layers:
             held: Any = layer  # a DynamicLayer: (1, H, T, D) keys and values, rotary positions applied
             held.keys = torch.cat([held.keys[:, :, : p - 1], held.keys[:, :, p + c :]], dim=2)
@@ -341,9 +306,8 @@ class DreamDenoiser(OnModelDevice):
 
 
 def qwen2_config(cfg: dict[str, Any]) -> Qwen2Config:
-    """A Dream config.json as the Qwen2 configuration of the same layers."""
-    fields = {k: cfg[k] for k in _QWEN2_FIELDS if k in cfg}
-    return Qwen2Config(**fields)
+    """A Dream config.json as the Qwen2 configuration of the same layers (hf_load.qwen_config)."""
+    return qwen_config(Qwen2Config, cfg)
 
 
 def load_causal_model(

@@ -1,19 +1,26 @@
 """transformers key/value caches shared between requests: fork, crop, expand, measure.
 
-The transformers backends (diffusion_gemma, dream) keep an encoded context as a
-transformers `Cache` and hand it to several requests, so a cache in an `EncodedContext`
-is never written: extending or cropping works on a *fork* (new layer objects sharing the
-key/value tensors, which dynamic layers only ever replace, never write into), and a
-batch of canvases sees an expanded view of a batch-1 cache (no copy).
+The transformers backends (diffusion_gemma, dream, llada, block_causal) keep an encoded
+context as a transformers `Cache` and hand it to several requests, so a cache in an
+`EncodedContext` is never written: extending or cropping works on a *fork* (new layer
+objects sharing the key/value tensors, which dynamic layers only ever replace, never write
+into), and a batch of canvases sees an expanded view of a batch-1 cache (no copy).
+`CACHE_KW` is the name the models' forward gives the cache argument.
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 from typing import Any
 
 import torch
+from transformers import LlamaForCausalLM
 from transformers.cache_utils import Cache, DynamicLayer, DynamicSlidingWindowLayer
+
+# transformers names the cache argument `cache` from 5.24, `past_key_values` before (the
+# Llama, Qwen2 and Qwen3 models alike: one generated signature)
+CACHE_KW = "cache" if "cache" in inspect.signature(LlamaForCausalLM.forward).parameters else "past_key_values"
 
 
 def fork_cache(cache: Cache) -> Cache:
@@ -35,6 +42,20 @@ def can_crop(cache: Cache) -> bool:
         elif type(layer) is not DynamicLayer:
             return False
     return True
+
+
+def cropped(cache: Cache, length: int) -> Cache | None:
+    """A fork of `cache` holding its first `length` positions (all of them when it holds no
+    more), or None where cutting it would not be exact (`can_crop`: a sliding window that
+    dropped older tokens, a layer that cannot say), so that the caller runs them again.
+    `cache` itself is never written."""
+    held = cache.get_seq_length()
+    if length < held and not can_crop(cache):
+        return None
+    forked = fork_cache(cache)
+    if length < held:
+        forked.crop(length - held)  # transformers' crop takes a negative count: the positions to drop
+    return forked
 
 
 def expand_cache(cache: Cache, batch: int) -> Cache:

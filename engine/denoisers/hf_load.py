@@ -22,6 +22,39 @@ from engine.denoisers.hf_device import compute_dtype, resolve_device, stored_dty
 from engine.errors import ModelLoadError
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
+# The fields of a Qwen2 or Qwen3 configuration that a checkpoint's own config.json (the Dream
+# family's, Fast-dLLM v2's, SDAR's) carries under the same names; the rotary fields under their
+# older names too (the configuration maps them). Nothing else is read: not the sliding-window
+# fields (these backends attend under their own masks, and every release of these families
+# sets use_sliding_window false), nor the remote code's own fields.
+QWEN_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "hidden_act",
+    "max_position_embeddings",
+    "initializer_range",
+    "rms_norm_eps",
+    "rope_theta",
+    "rope_scaling",
+    "rope_parameters",
+    "attention_bias",
+    "tie_word_embeddings",
+    "attention_dropout",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+)
+
+
+def qwen_config(cls: Any, cfg: dict[str, Any]) -> Any:
+    """config.json as the transformers configuration `cls` (Qwen2Config, Qwen3Config) of the
+    same layers: the fields of `QWEN_FIELDS` it has."""
+    return cls(**{k: cfg[k] for k in QWEN_FIELDS if k in cfg})
 
 
 def load_pretrained(

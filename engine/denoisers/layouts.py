@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import array_api_compat
-
 from engine.denoisers.base import DenoiserInfo, Prompt
 from engine.errors import ModelLoadError
 from engine.models.directory import (
@@ -240,15 +238,3 @@ def length_edits(hf: Any, cfg: dict[str, Any], own: dict[str, Any]) -> LengthEdi
         return None
     start = setting.get("start_tokens", DREAMON_START) if isinstance(setting, dict) else DREAMON_START
     return LengthEdits(expand=expand, delete=delete, start=max(1, int(start)))
-
-
-def settled_positions(canvas: Any, start: int, size: int, mask: int) -> Any:
-    """(B, C) bool, for a shifted block-causal model (Fast-dLLM v2): each row's first mask
-    where it begins one of the model's blocks (sequence position `start` + i a multiple of
-    `size`). Its logits come from the last position of the block before, which is complete:
-    no mask can change them any more (an autoregressive next token). numpy or torch."""
-    xp = array_api_compat.array_namespace(canvas)
-    idx = xp.arange(canvas.shape[-1], device=array_api_compat.device(canvas))
-    masked = canvas == mask
-    first = xp.cumulative_sum(xp.astype(masked, xp.int32), axis=-1) == 1
-    return xp.logical_and(xp.logical_and(masked, first), (idx + start) % size == 0)

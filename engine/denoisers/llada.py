@@ -53,7 +53,6 @@ generation_config.json (`block_length`) or config.json's defaults set a block le
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,7 +66,7 @@ except ImportError as exc:
     raise ImportError("The llada backend needs torch and transformers: pip install 'diffusion-lsp[torch]'") from exc
 
 from engine.denoisers.base import DenoiserInfo, EncodedContext, Prompt, as_prompt
-from engine.denoisers.hf_cache import expand_cache, fork_cache
+from engine.denoisers.hf_cache import CACHE_KW, expand_cache, fork_cache
 from engine.denoisers.hf_load import load_pretrained
 from engine.denoisers.loading import LoadedModel
 from engine.denoisers.torch import OnModelDevice
@@ -84,8 +83,6 @@ from engine.models.tokenizer import Tokenizer
 
 STRATEGY = "low_confidence"  # LLaDA's remasking='low_confidence' (engine/local/sampler.py)
 CACHE_MODES = ("exact", "dual")
-# transformers names the cache argument `cache` from 5.24, `past_key_values` before
-_CACHE_KW = "cache" if "cache" in inspect.signature(LlamaForCausalLM.forward).parameters else "past_key_values"
 # LLaDA's tokenizer names (its config.json names no BOS; the mask's id is config.json's
 # mask_token_id, 126336 in LLaDA-8B-Base and -Instruct)
 START_TOKEN = "<|startoftext|>"
@@ -227,7 +224,7 @@ class LLaDADenoiser(OnModelDevice):
         held = cache.get_seq_length()
         mask = self._full_mask(b, c, held + c)
         out = self.model.model(
-            input_ids=canvas, position_ids=positions, attention_mask=mask, use_cache=True, **{_CACHE_KW: cache}
+            input_ids=canvas, position_ids=positions, attention_mask=mask, use_cache=True, **{CACHE_KW: cache}
         )
         return self.model.lm_head(out.last_hidden_state).float()  # (B, C, V)
 
@@ -238,7 +235,7 @@ class LLaDADenoiser(OnModelDevice):
         ids = self._sequence(before, after, canvas)
         t = ids.shape[1]
         cache = DynamicCache(config=self.model.config)
-        self.model.model(input_ids=ids, attention_mask=self._full_mask(1, t, t), use_cache=True, **{_CACHE_KW: cache})
+        self.model.model(input_ids=ids, attention_mask=self._full_mask(1, t, t), use_cache=True, **{CACHE_KW: cache})
         for layer in cache.layers:
             held: Any = layer  # a DynamicLayer: (1, H, T, D) keys and values
             held.keys = torch.cat([held.keys[:, :, :p], held.keys[:, :, p + c :]], dim=2)

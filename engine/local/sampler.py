@@ -57,30 +57,46 @@ The canvas loop, step by step (`run`):
 
 Blocks (cfg.block_length; the absorbing regime): the canvas is cut into blocks of that
 many positions, decoded in order: a row's masks are open to the strategy only in its
-first block that still has any, which gets max_steps // blocks steps (LLaDA's generate:
-`low_confidence` spreads the block's masks over them) and whose last step takes what is
-left of it. Blocks count from the canvas's start, or, for a denoiser whose model's own
-blocks are fixed by sequence positions (`SequenceBlocks`: block-causal attention), from
-its sequence's start, so that they fall within the model's; such a denoiser also names
-the positions whose prediction no mask can change any more (a shifted model's first
-position of a block once the blocks before it are complete: an autoregressive next
-token), and a row takes those first, alone, as Fast-dLLM v2's generation does. Without
-block_length the canvas is one block and nothing is forced.
+first block that still has any, which gets max_steps // blocks steps, at least one
+(LLaDA's generate: `low_confidence` spreads the block's masks over them), and whose last
+step takes what is left of it. Blocks count from the canvas's start, or, for a model
+whose attention blocks are fixed by sequence positions (DenoiserInfo.block_size:
+block-causal attention), from its sequence's start, so that they fall within the model's
+(a block length that divides the model's block size: the block_causal backend refuses
+any other at load). For a shifted block-causal model (DenoiserInfo.block_start_settled)
+the sampler also finds the positions whose prediction no mask can change any more (a
+block's first position once the blocks before it are complete: an autoregressive next
+token), and a row takes such a position first, alone, as Fast-dLLM v2's generation does,
+in a step of its own that its block's share does not pay for. Without block_length the
+canvas is one block of max_steps steps and nothing is forced. The uniform regime has no
+blocks (a block_length is ignored, logged at debug level).
+
+The loop's step budget is therefore max_steps, or with blocks per-block steps times
+blocks, plus one step for each settled position the canvas can hold: with more blocks than
+max_steps, or with settled positions, a fill may run more than max_steps forward passes
+(SamplerConfig.max_steps says so).
+
+A denoiser that reuses one step's work in the next (`StepReuse`: the block_causal
+backend's completed blocks) is asked for a fill's own state at the start of `run`; the
+state is dropped when `run` returns, and what it held with it.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import array_api_compat
 import numpy as np
 
 from engine.decoding import ONE_TOKEN_STRATEGIES, SamplerConfig, StopReason, Strategy
-from engine.denoisers.base import Denoiser, DenoiserInfo, EncodedContext, RandomSource
+from engine.denoisers.base import Denoiser, DenoiserInfo, EncodedContext, RandomSource, StepReuse
 from engine.local.resize import Change, Edits, edits_of, remap, row_lengths
+
+log = logging.getLogger(__name__)
 
 # An entropy larger than any real one (log V < 13 for V = 262,144): marks positions
 # that a strategy must not pick, without the NaNs an infinity would bring into cumsum.
@@ -485,7 +501,9 @@ def run(
         raise ValueError(f"the {cfg.strategy} strategy decodes through {loop}, not a canvas")
     xp = array_api_compat.array_namespace(canvas)
     regime, st, stopper, draft, edits = _setup(denoiser, canvas, cfg, rng, fixed, draft, steer)
-    blocks = _Blocks(denoiser, state, st.canvas, cfg)
+    blocks = _Blocks(denoiser.info, len(state.token_ids), st.canvas, cfg)
+    if isinstance(denoiser, StepReuse):
+        state = denoiser.fill_state(state)  # this fill's own: what a step leaves for the next, dropped with it
     reason: StopReason = "max_steps"
     steps = 0
     for step in range(blocks.steps):
@@ -553,7 +571,8 @@ def _accepted(regime: _Regime, sc: _Scores, st: _CanvasState, draft: Any | None,
     block (`window`): the strategy's pick (over the steps left in the block), then the
     regime's own rule; at a block's last step, all that is left of it; on the first step
     (`draft` given) also the drafts the model agrees with, confidently (they are verified
-    in this one pass). A row whose block holds settled positions takes those alone."""
+    in this one pass). A row whose block holds settled positions takes those alone (a step
+    its block's share does not pay for: `_Blocks`)."""
     xp, cfg = regime.xp, regime.cfg
     open_ = xp.logical_and(regime.open(st.locked), window.inside)
     choosable = regime.choosable(open_, sc)
@@ -569,21 +588,17 @@ def _accepted(regime: _Regime, sc: _Scores, st: _CanvasState, draft: Any | None,
     return accept, pred
 
 
-@runtime_checkable
-class SequenceBlocks(Protocol):
-    """A denoiser whose model's attention blocks are fixed by positions in its sequence
-    (block-causal models: Fast-dLLM v2, SDAR). The canvas loop counts its blocks from the
-    sequence's start, not the canvas's, so that they fall within the model's, and takes a
-    position whose prediction can no longer change first, alone."""
-
-    def canvas_start(self, state: EncodedContext) -> int:
-        """Positions of the model's sequence before the canvas (what `state` lays out)."""
-        ...
-
-    def settled(self, state: EncodedContext, canvas: Any) -> Any:
-        """(B, C) bool: positions whose logits no mask in `canvas` can change (a shifted
-        model's first position of a block, once the blocks before it are complete)."""
-        ...
+def settled_positions(canvas: Any, start: int, size: int, mask: int) -> Any:
+    """(B, C) bool, for a shifted block-causal model whose canvas begins at sequence
+    position `start`: each row's first mask where it begins one of the model's blocks
+    (`start` + i a multiple of `size`). Its logits come from the last position of the block
+    before, which is complete: no mask can change them any more (an autoregressive next
+    token)."""
+    xp = array_api_compat.array_namespace(canvas)
+    idx = xp.arange(canvas.shape[-1], device=array_api_compat.device(canvas))
+    masked = canvas == mask
+    first = xp.cumulative_sum(xp.astype(masked, xp.int32), axis=-1) == 1
+    return xp.logical_and(xp.logical_and(masked, first), (idx + start) % size == 0)
 
 
 @dataclass
@@ -591,7 +606,7 @@ class _Window:
     """Where one step of `run` may accept positions (`_Blocks.window`): each row's block
     (B, C), the steps left in it, this one included (B, 1), whether this is its last
     ((B, 1); None without blocks: nothing is forced), and the settled positions in it to
-    take alone ((B, C); None when the denoiser has none)."""
+    take alone ((B, C); None when the model has none)."""
 
     inside: Any
     remaining: Any
@@ -602,28 +617,39 @@ class _Window:
 class _Blocks:
     """The canvas's semi-autoregressive blocks (cfg.block_length, the absorbing regime):
     blocks of that many positions, counted from the canvas's start (LLaDA's generate) or,
-    for a `SequenceBlocks` denoiser, from its sequence's start; a row decodes only in its
-    first block with open positions, which has max_steps // blocks steps (at least one),
-    its last taking whatever is left of it. Without blocks the canvas is one block of
-    max_steps steps and nothing is forced (the loop ends; what is left takes the argmax)."""
+    for a model with blocks of its own (`DenoiserInfo.block_size`), from its sequence's
+    start (`start`: the canvas's position in it); a row decodes only in its first block with
+    open positions, which has max_steps // blocks steps (at least one), its last taking
+    whatever is left of it. Without blocks the canvas is one block of max_steps steps and
+    nothing is forced (the loop ends; what is left takes the argmax). A step in which a row
+    takes a settled position (`settled_positions`) is not one of its block's: `steps`, the
+    loop's budget, has one more for each such position the canvas can hold."""
 
-    def __init__(self, denoiser: Denoiser, state: EncodedContext, canvas: Any, cfg: SamplerConfig) -> None:
+    def __init__(self, info: DenoiserInfo, start: int, canvas: Any, cfg: SamplerConfig) -> None:
         xp = array_api_compat.array_namespace(canvas)
-        self.xp, self.dev, self.den, self.state = xp, array_api_compat.device(canvas), denoiser, state
-        self.settles = isinstance(denoiser, SequenceBlocks)
-        blocked = cfg.block_length is not None and denoiser.info.regime == "absorbing"
+        self.xp, self.dev = xp, array_api_compat.device(canvas)
+        blocked = cfg.block_length is not None and info.regime == "absorbing"
+        if cfg.block_length is not None and not blocked:
+            log.debug("block_length %d ignored: the %s regime has no blocks", cfg.block_length, info.regime)
         self.length = cfg.block_length if blocked else None
-        self.phase = 0
-        if self.length is not None and self.settles:
-            self.phase = int(denoiser.canvas_start(state)) % self.length  # type: ignore[attr-defined]
-        n = 1 if self.length is None else -(-(self.phase + int(canvas.shape[-1])) // self.length)
+        self.start = start if info.block_size is not None else 0  # where the blocks count from
+        self.phase = 0 if self.length is None else self.start % self.length
+        c = int(canvas.shape[-1])
+        n = 1 if self.length is None else -(-(self.phase + c) // self.length)
         self.per_block = max(1, cfg.max_steps // n)
-        self.steps = cfg.max_steps if self.length is None else self.per_block * n
+        # the model's block size where a block's first position settles (0: none does), the mask
+        self.size = info.block_size if info.block_size and info.block_start_settled and info.mask_id is not None else 0
+        self.mask = info.mask_id if info.mask_id is not None else -1
+        leads = 0  # the model's block starts at sequence positions start..start + c - 1
+        if self.size:
+            leads = (self.start + c - 1) // self.size - (self.start - 1) // self.size
+        self.steps = (cfg.max_steps if self.length is None else self.per_block * n) + leads
         self.current: Any | None = None  # (B, 1) each row's block
         self.spent = xp.zeros((int(canvas.shape[0]), 1), dtype=xp.int64, device=self.dev)  # steps in it
 
     def window(self, open_: Any, canvas: Any) -> _Window:
-        """This step's window (a row's block is its first with open positions); counts the step."""
+        """This step's window (a row's block is its first with open positions); counts the
+        step against the row's block unless the row takes a settled position in it."""
         xp = self.xp
         idx = xp.arange(open_.shape[-1], device=self.dev)
         if self.length is None:
@@ -636,11 +662,13 @@ class _Blocks:
             self.spent = xp.where(cur == self.current, self.spent, 0)
         self.current = cur
         remaining = xp.clip(self.per_block - self.spent, 1, None)
-        self.spent = self.spent + 1
         lead = None
-        if self.settles:
-            settled = self.den.settled(self.state, canvas)  # type: ignore[attr-defined]
+        if self.size:
+            settled = settled_positions(canvas, self.start, self.size, self.mask)
             lead = xp.logical_and(settled, xp.logical_and(open_, inside))
+            self.spent = xp.where(xp.any(lead, axis=-1, keepdims=True), self.spent, self.spent + 1)
+        else:
+            self.spent = self.spent + 1
         return _Window(inside, remaining, None if self.length is None else remaining == 1, lead)
 
 

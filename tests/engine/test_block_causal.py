@@ -21,9 +21,9 @@ pytest.importorskip("transformers")
 from safetensors.torch import load_file  # noqa: E402
 
 from engine.decoding import SamplerConfig  # noqa: E402
-from engine.denoisers.base import Autoregressive, Denoiser, DenoiserInfo, EncodedContext, Prompt  # noqa: E402
+from engine.denoisers.base import Autoregressive, Denoiser, DenoiserInfo, EncodedContext, Prompt, StepReuse  # noqa: E402
 from engine.denoisers.block_causal import BlockCausalDenoiser  # noqa: E402
-from engine.denoisers.layouts import settled_positions  # noqa: E402
+from engine.denoisers.kv import common_prefix_len  # noqa: E402
 from engine.denoisers.loading import load_model  # noqa: E402
 from engine.denoisers.onnx import NumpyRandomSource  # noqa: E402
 from engine.errors import ModelLoadError  # noqa: E402
@@ -60,13 +60,13 @@ def prompt(model: Any, prefix: str = PREFIX, suffix: str = SUFFIX) -> Prompt:
     return Prompt(prefix=tuple(tok.encode(prefix)), suffix=tuple(tok.encode(suffix)))
 
 
-def fresh(model: Any) -> BlockCausalDenoiser:
-    """The same weights with nothing cached."""
+def fresh(model: Any, cls: type[BlockCausalDenoiser] = BlockCausalDenoiser) -> BlockCausalDenoiser:
+    """The same weights with nothing cached (in a denoiser of class `cls`)."""
     den = model.denoiser
     cfg = json.loads((model.path / "config.json").read_text())
     blocks = block_causal(model.path, cfg)
     assert blocks is not None
-    return BlockCausalDenoiser(den.model, den.layout, den.info, blocks)
+    return cls(den.model, den.layout, den.info, blocks)
 
 
 # ----------------------------------------------------------------------------- the forward, written out
@@ -144,7 +144,8 @@ def test_loads_with_the_checkpoints_ids_and_published_decoding(models: dict[str,
 
     model = models[family]
     den, hf = model.denoiser, model.tokenizer.hf
-    assert model.backend == "block_causal" and isinstance(den, Denoiser) and isinstance(den, sampler.SequenceBlocks)
+    assert model.backend == "block_causal" and isinstance(den, Denoiser) and isinstance(den, StepReuse)
+    assert den.info.block_size == den.block and den.info.block_start_settled == (family == "fast_dllm")
     assert not isinstance(den, Autoregressive) and not den.info.autoregressive and den.info.regime == "absorbing"
     assert isinstance(den.model, Qwen3ForCausalLM if family == "sdar" else Qwen2ForCausalLM)
     mask = block_checkpoint.SDAR_MASK if family == "sdar" else block_checkpoint.FAST_DLLM_MASK
@@ -171,7 +172,7 @@ def test_the_prompt_is_prefix_suffix_middle_before_the_canvas(models: dict[str, 
     pre, suf, mid = (hf.token_to_id(f"<|fim_{n}|>") for n in ("prefix", "suffix", "middle"))
     p, s, m = (21, 22, 23), (11, 12), (31,)
     state = den.encode(Prompt(prefix=p, suffix=s, middle=m))
-    assert state.token_ids == (pre, *p, suf, *s, mid, *m) and den.canvas_start(state) == 9
+    assert state.token_ids == (pre, *p, suf, *s, mid, *m)  # the canvas at sequence position 9
     with pytest.raises(ValueError, match="max_positions"):
         den.encode(Prompt(prefix=(7,) * 600))
 
@@ -231,17 +232,21 @@ def test_each_step_runs_from_the_first_block_that_changed(models: dict[str, Any]
     ctx = den.encode(prompt(model))
     p, size = len(ctx.token_ids), den.block
     canvas = torch.full((2, 3 * size), den.info.mask_id)
-    den.denoise(ctx, canvas)
+    fill = den.fill_state(ctx)  # one fill's: what a step leaves for the next
+    den.denoise(fill, canvas)
     start = den.positions_run
     done = (p + size - 1) // size * size + size - p  # canvas positions up to the end of the second block
     canvas[:, :done] = torch.tensor(model.tokenizer.encode("return a + b\n" * 8)[:done])
-    step = den.denoise(ctx, canvas)  # runs from the context's last partial block (the canvas changed there)
+    step = den.denoise(fill, canvas)  # runs from the context's last partial block (the canvas changed there)
     assert den.positions_run - start == 2 * (p + canvas.shape[1] - p // size * size)
     before = den.positions_run
-    again = den.denoise(ctx, canvas)  # the completed blocks are held: only the last block runs
+    again = den.denoise(fill, canvas)  # the completed blocks are held: only the last block runs
     assert den.positions_run - before == 2 * (p + canvas.shape[1] - (p + done))
     torch.testing.assert_close(again, step, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(again, fresh(model).denoise(ctx, canvas), atol=1e-5, rtol=1e-5)
+    before = den.positions_run
+    den.denoise(ctx, canvas)  # outside a fill's state nothing of the fill's steps is reused
+    assert den.positions_run - before == 2 * (p + canvas.shape[1] - p // size * size)
 
 
 # ----------------------------------------------------------------------------- generation, written out
@@ -265,12 +270,20 @@ def known_logits(seq: list[int], size: int, seed: int) -> np.ndarray:
 
 
 class KnownBlocks:
-    """A block-causal denoiser whose logits are `known_logits` (shifted or not)."""
+    """A block-causal denoiser whose logits are `known_logits` (shifted or not); its info
+    declares the model's blocks, and for a shifted model that a block's first token settles."""
 
     def __init__(self, size: int, shift: int, seed: int) -> None:
         self.size, self.shift, self.seed = size, shift, seed
         self.info = DenoiserInfo(
-            vocab_size=V, regime="absorbing", eof_id=EOS, pad_id=EOS, mask_id=MASK, max_positions=96
+            vocab_size=V,
+            regime="absorbing",
+            eof_id=EOS,
+            pad_id=EOS,
+            mask_id=MASK,
+            max_positions=96,
+            block_size=size,
+            block_start_settled=bool(shift),
         )
 
     def encode(self, prompt: Any, state: Any = None) -> EncodedContext:
@@ -280,14 +293,6 @@ class KnownBlocks:
         p, c = len(state.token_ids), canvas.shape[1]
         rows = [known_logits([*state.token_ids, *row], self.size, self.seed) for row in np.asarray(canvas).tolist()]
         return np.stack([r[p - self.shift : p - self.shift + c] for r in rows]).astype(np.float32)
-
-    def canvas_start(self, state: EncodedContext) -> int:
-        return len(state.token_ids)
-
-    def settled(self, state: EncodedContext, canvas: Any) -> Any:
-        if not self.shift:
-            return np.zeros(np.shape(canvas), dtype=bool)
-        return settled_positions(np.asarray(canvas), len(state.token_ids), self.size, MASK)
 
     def as_array(self, values: Any) -> Any:
         return np.asarray(values)
@@ -399,19 +404,38 @@ def test_the_order_needs_the_sequences_blocks_and_the_settled_token() -> None:
     """The test above can fail: blocks counted from the canvas's start, or no settled first
     token of a block, take other paths."""
 
-    class FromTheCanvas(KnownBlocks):
-        def canvas_start(self, state: EncodedContext) -> int:
-            return 0
-
-    class NoneSettled(KnownBlocks):
-        def settled(self, state: EncodedContext, canvas: Any) -> Any:
-            return np.zeros(np.shape(canvas), dtype=bool)
-
+    from_the_canvas, none_settled = KnownBlocks(8, 1, 0), KnownBlocks(8, 1, 0)
+    from_the_canvas.info = replace(from_the_canvas.info, block_size=None)  # no blocks of its own
+    none_settled.info = replace(none_settled.info, block_start_settled=False)
     prompt = list(PRIMES[:11])
     want, final = fast_dllm_generate(prompt, 3, 8, 4, 0.9, seed=0)
     cfg = SamplerConfig(strategy="confidence", confidence_threshold=0.9, block_length=4, max_steps=1024)
-    for den in (FromTheCanvas(8, 1, 0), NoneSettled(8, 1, 0)):
+    for den in (from_the_canvas, none_settled):
         assert unmasked_each_step(den, prompt, len(final) - 11, cfg)[0] != want
+
+
+class Wrapped:
+    """A denoiser wrapping another one: the protocol forwarded, nothing else."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.info = inner, inner.info
+
+    def encode(self, prompt: Any, state: Any = None) -> EncodedContext:
+        return self.inner.encode(prompt, state)
+
+    def denoise(self, state: EncodedContext, canvas: Any, self_cond: Any = None) -> Any:
+        return self.inner.denoise(state, canvas, self_cond)
+
+    def as_array(self, values: Any) -> Any:
+        return self.inner.as_array(values)
+
+
+def test_a_wrapping_denoiser_keeps_the_models_blocks() -> None:
+    """The blocks are in the denoiser's info, which a wrapper passes on: the same order."""
+    prompt = list(PRIMES[:11])
+    want, final = fast_dllm_generate(prompt, 3, 8, 4, 0.9, seed=0)
+    cfg = SamplerConfig(strategy="confidence", confidence_threshold=0.9, block_length=4, max_steps=1024)
+    assert unmasked_each_step(Wrapped(KnownBlocks(8, 1, 0)), prompt, len(final) - 11, cfg)[0] == want
 
 
 @pytest.mark.parametrize(
@@ -457,9 +481,9 @@ def test_fills_through_the_engine_and_a_second_fill_reuses_the_prefix(models: di
     )
     uncached = uncached_engine.fill(request)
     cold = uncached_engine.generator.den.positions_run  # type: ignore[attr-defined]
-    # the context's complete blocks were not run again (nor, once its canvas agrees with the
-    # first fill's last step, the canvas blocks that step held: exact, keyed by their tokens)
-    assert held > 0 and warm <= cold - held
+    # the context's complete blocks were not run again; the steps ran as the uncached fill's
+    # (what a step holds for the next lives in its fill's state: nothing of the first fill's)
+    assert held > 0 and warm == cold - held
     assert (
         [c.text for c in again.candidates]
         == [c.text for c in uncached.candidates]
@@ -526,3 +550,151 @@ def test_the_models_command_shows_the_blocks(dirs: dict[str, Path], capsys: pyte
     assert rows["sdar"]["blocks"].startswith("config.json: block_size 4 -> SDAR")
     assert main(["models", "--dir", str(dirs["sdar"].parent)]) == 0
     assert "    config.json: bd_size 8 -> Fast-dLLM v2" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- review regressions
+
+
+@pytest.mark.parametrize("scoped", [False, True], ids=["plain", "fill_state"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_fills_of_other_lengths_give_the_recomputed_logits(models: dict[str, Any], family: str, scoped: bool) -> None:
+    """One denoiser, fills one after the other: a context grown by the earlier canvas's own
+    tokens (the same rows, the canvas starting three positions later), a long context then
+    a short one (shorter rows than the earlier fill held); within a fill's state also
+    canvases of another length or batch: every step's logits equal a fresh denoiser's.
+    `scoped`: each fill in its own state (the sampler's, which reuses steps), else the
+    context's state alone."""
+    model = models[family]
+    den = fresh(model)
+    size, mask = den.block, den.info.mask_id
+    words = torch.tensor(model.tokenizer.encode("return a + b\n" * 12)[: 3 * size])
+
+    def fill(p: Prompt, *canvases: Any) -> None:
+        state = den.encode(p)
+        state = den.fill_state(state) if scoped else state
+        for canvas in canvases:
+            other = fresh(model)
+            want = other.denoise(other.encode(p), canvas)
+            torch.testing.assert_close(den.denoise(state, canvas), want, atol=1e-4, rtol=1e-4)
+
+    done = torch.full((1, 3 * size), mask)
+    done[0, : 2 * size] = words[: 2 * size]  # two blocks of tokens, then masks
+    base = prompt(model)
+    fill(base, done, done)
+    grown = Prompt(prefix=base.prefix, suffix=base.suffix, middle=tuple(words[:3].tolist()))
+    fill(grown, done[:, 3:], done[:, 3:])
+    fill(
+        prompt(model, prefix=PREFIX * 4), done, done, done[:, :size], done[:, : 2 * size + 1], done.expand(2, -1), done
+    )
+    fill(prompt(model, prefix="x", suffix=""), done[:, :size], done[:, :size])
+    p, t = len(den.encode(base).token_ids), len(den.encode(base).token_ids) + 3 * size
+    before = den.positions_run
+    fill(base, done, done)
+    context, first, second = p // size * size, t - p // size * size, t - (p + 2 * size) // size * size
+    # in a fill's state the second step holds the first's two blocks of tokens: only the last block runs
+    assert den.positions_run - before == context + first + (second if scoped else first)
+
+
+@pytest.mark.parametrize(
+    ("strategy", "steps", "want"),
+    [
+        ("confidence", 3, [1, 7, 1, 7, 1, 7]),  # one step a block: the settled token's is not it
+        ("low_confidence", 6, [1, 4, 3, 1, 4, 3, 1, 4, 3]),  # two a block, the block's seven spread over them
+    ],
+)
+def test_a_settled_token_takes_a_step_outside_its_blocks_share(strategy: str, steps: int, want: list[int]) -> None:
+    """A shifted model's first token of a block is taken alone, in a step of its own: each
+    block still has its max_steps // blocks steps for the rest of it."""
+    cfg = SamplerConfig(strategy=strategy, confidence_threshold=0.9, block_length=8, max_steps=steps)  # type: ignore[arg-type]
+    got, result = unmasked_each_step(KnownBlocks(8, 1, 0), list(PRIMES[:16]), 24, cfg)  # the prompt ends a block
+    assert [len(s) for s in got] == want
+    assert result.stop_reason == "complete" and result.steps == len(want)
+
+
+def test_a_block_length_must_divide_the_models_blocks(tmp_path: Path) -> None:
+    """The sampler's blocks fall within the model's: a block length generation_config.json or
+    config.json's defaults set that does not divide the model's is refused at load; the
+    family's own becomes the largest divisor of the model's not above it."""
+    with pytest.raises(
+        ModelLoadError, match=r"generation_config.json: small_block_size 3 does not divide .* bd_size 8"
+    ):
+        load_model(block_checkpoint.write(tmp_path / "gen", generation={"small_block_size": 3}))
+    own = {"defaults": {"block_length": 16}}
+    with pytest.raises(ModelLoadError, match=r"diffusion_lsp.defaults.block_length 16 does not divide .* block_size 4"):
+        load_model(block_checkpoint.write(tmp_path / "own", "sdar", diffusion_lsp=own))
+    assert load_model(block_checkpoint.write(tmp_path / "wide", bd_size=12)).defaults["block_length"] == 6
+    one = load_model(block_checkpoint.write(tmp_path / "one", diffusion_lsp={"defaults": {"block_length": None}}))
+    assert one.defaults["block_length"] is None  # the canvas as one block
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_keystroke_reuses_the_context_and_fills_as_a_fresh_denoiser(models: dict[str, Any], family: str) -> None:
+    """Two fills, the second after a keystroke: the context's blocks before it are not run
+    again, and the fill is a fresh denoiser's (the exact cache changes no result)."""
+    model = models[family]
+    opts = FillOptions(canvas_tokens=10, use_drafter=False)
+    engine = local_engine(replace(model, denoiser=fresh(model)), opts)
+    den = engine.generator.den  # type: ignore[attr-defined]
+    engine.fill(InfillRequest(prefix=PREFIX * 3, suffix=SUFFIX))
+    (first,) = engine.generator.cache._entries.values()  # type: ignore[attr-defined]
+    typed = InfillRequest(prefix=PREFIX * 3 + "a", suffix=SUFFIX)  # one more character at the cursor
+    before = den.positions_run
+    warm = engine.fill(typed)
+    warm_run = den.positions_run - before
+    cold_engine = local_engine(replace(model, denoiser=fresh(model)), opts)
+    cold = cold_engine.fill(typed)
+    cold_run = cold_engine.generator.den.positions_run  # type: ignore[attr-defined]
+    (state,) = cold_engine.generator.cache._entries.values()  # type: ignore[attr-defined]
+    shared = common_prefix_len(first.token_ids, state.token_ids) // den.block * den.block
+    assert shared > 2 * den.block and warm_run <= cold_run - shared + den.block  # a shifted model runs one again
+    assert [c.token_ids for c in warm.candidates] == [c.token_ids for c in cold.candidates]
+    assert warm.steps == cold.steps
+
+
+def test_what_a_fill_held_for_its_steps_goes_with_it(models: dict[str, Any]) -> None:
+    """The sampler asks for a fill's own state; once the fill is done nothing refers to it
+    (its canvas blocks' keys and values are freed), though its steps used it."""
+    import gc
+    import weakref
+
+    model = models["sdar"]
+    kept: list[weakref.ref[Any]] = []
+    reused: list[bool] = []
+
+    class Watched(BlockCausalDenoiser):
+        def fill_state(self, state: EncodedContext) -> EncodedContext:
+            out = super().fill_state(state)
+            kept.append(weakref.ref(out.payload))
+            return out
+
+        def denoise(self, state: EncodedContext, canvas_ids: Any, self_cond: Any = None) -> Any:
+            reused.append(getattr(state.payload, "steps", None) is not None)
+            return super().denoise(state, canvas_ids, self_cond)
+
+    den = fresh(model, Watched)
+    engine = local_engine(replace(model, denoiser=den), FillOptions(canvas_tokens=10, use_drafter=False))
+    engine.fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX))
+    gc.collect()
+    assert len(kept) == 1 and kept[0]() is None
+    assert any(reused)  # a later step of the fill found what an earlier one held
+
+
+@pytest.mark.parametrize(("window", "exact"), [(None, True), (4, False), (16, True)])
+def test_a_cache_is_cropped_only_where_that_is_exact(window: int | None, exact: bool) -> None:
+    """hf_cache.cropped, which every transformers backend crops through: a fork holding the
+    first positions, the cache itself untouched; None where a sliding-window layer already
+    dropped older tokens (the caller runs them again)."""
+    from transformers import Qwen2Config
+    from transformers.cache_utils import DynamicCache
+
+    from engine.denoisers.hf_cache import cropped
+
+    shape = {"hidden_size": 16, "num_attention_heads": 2, "num_key_value_heads": 2, "num_hidden_layers": 2}
+    sliding = {"use_sliding_window": True, "sliding_window": window, "max_window_layers": 0} if window else {}
+    cache = DynamicCache(config=Qwen2Config(**shape, **sliding))
+    for layer in range(2):
+        cache.update(torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8), layer)
+    cut = cropped(cache, 4)
+    assert cache.get_seq_length() == 6 and (cut is not None) == exact
+    if cut is not None:
+        assert cut.get_seq_length() == 4 and cropped(cache, 9) is not None

@@ -180,12 +180,37 @@ def test_a_bos_in_config_is_the_start_and_generation_config_sets_the_steps(tmp_p
 
 
 def test_a_fill_in_blocks_through_the_engine(loaded: Any) -> None:
+    """The engine passes the model's block length on: the canvas is decoded block after
+    block, each within its share of the steps (as test_every_strategy_... has it)."""
     from dataclasses import replace
 
-    model = replace(loaded, defaults={**loaded.defaults, "block_length": 3, "max_steps": 8})
+    seen: list[Any] = []
+
+    class Seen(LLaDADenoiser):
+        def denoise(self, state: EncodedContext, canvas_ids: Any, self_cond: Any = None) -> Any:
+            seen.append(torch.as_tensor(canvas_ids)[0].clone())
+            return super().denoise(state, canvas_ids, self_cond)
+
+    den = loaded.denoiser
+    defaults = {**loaded.defaults, "block_length": 3, "max_steps": 8}
+    model = replace(loaded, denoiser=Seen(den.model, den.layout, den.info), defaults=defaults)
     engine = local_engine(model, FillOptions(canvas_tokens=9, use_drafter=False))
     r = engine.fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX))
-    assert r.candidates and 1 <= r.steps <= 6  # 3 blocks of 8 // 3 = 2 steps each
+    assert r.candidates and 1 <= r.steps <= 8 and len(seen) == r.steps
+    mask, width = den.info.mask_id, seen[0].shape[0]
+    blocks = -(-width // 3)  # 8 // blocks steps each
+    # each step's canvas against the next (the last against the fill): the blocks of the
+    # positions it unmasked (padding after an end is not the step's pick)
+    pad = den.info.pad_id
+    after = [*seen[1:], torch.as_tensor([*r.candidates[0].token_ids, *[pad] * width][:width])]
+    picked = [
+        {j // 3 for j in range(width) if a[j] == mask and b[j] not in (mask, pad)}
+        for a, b in zip(seen, after, strict=True)
+    ]
+    assert all(len(b) <= 1 for b in picked)  # one block a step
+    order = [min(b) for b in picked if b]
+    assert order == sorted(order) and all(order.count(k) <= 8 // blocks for k in set(order))
+    assert (width, order) == (9, [0, 0, 1, 1, 2, 2])  # low_confidence: each block's masks over its two steps
 
 
 # ----------------------------------------------------------------------------- LLaDA's generate(), written out

@@ -484,3 +484,22 @@ def test_past_the_deadline_one_token_at_a_time_finishes_the_first_line() -> None
     gone = Steering(deadline=time.monotonic() - 1, line_ends=frozenset({7}), cancel=lambda: True)
     res = run_autoregressive(den, st, 8, cfg, NumpyRandomSource(0), steer=gone)
     assert res.stop_reason == "cancelled" and res.tokens[0].tolist() == [PAD] * 8
+
+
+def test_each_block_gets_a_step_even_past_max_steps() -> None:
+    """More blocks than steps: each block still gets one (SamplerConfig.max_steps says so)."""
+    den = FakeDenoiser([5, 6, 7, 8, 9, 10, 11, 12], [1.0] * 8)
+    res, views = sample(den, SamplerConfig(strategy="confidence", max_steps=2, block_length=2))
+    assert res.steps == 4 and res.stop_reason == "complete" and res.tokens[0].tolist() == [5, 6, 7, 8, 9, 10, 11, 12]
+    assert [int((v[0] != MASK).sum()) for v in views] == [2, 4, 6, 8]
+
+
+def test_block_length_is_ignored_on_the_uniform_canvas(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    cfg = SamplerConfig(max_steps=6, t_max=1.0, t_min=1.0)
+    want, _ = sample(FakeDenoiser(TARGET, [30.0] * 8, regime="uniform"), cfg)
+    with caplog.at_level(logging.DEBUG, logger="engine.local.sampler"):
+        got, _ = sample(FakeDenoiser(TARGET, [30.0] * 8, regime="uniform"), replace(cfg, block_length=2))
+    assert "block_length 2 ignored: the uniform regime has no blocks" in caplog.text
+    assert got.tokens.tolist() == want.tokens.tolist() and got.steps == want.steps
