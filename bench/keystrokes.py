@@ -1,12 +1,13 @@
 """What a keystroke costs on a model whose layout puts the suffix after the prefix
 (Qwen2.5-Coder's prefix-suffix-middle order), under two settings of the model's
 config.json `defaults` side by side in one run: `--base` and `--variant` (JSON objects
-merged into the directory's defaults; the weights are linked, not copied). Prints JSON;
-never asserted.
+merged into the directory's defaults; the weights are linked, not copied), the variant
+on another directory's weights with `--variant-model` (two exports of one model). Prints
+JSON; never asserted.
 
-    python bench/keystrokes.py --model DIR [--base JSON] [--variant JSON] [--positions N] [--keys K] [--context-tokens T]
+    python bench/keystrokes.py --model DIR [--variant-model DIR] [--base JSON] [--variant JSON] [--positions N] [--keys K] [--context-tokens T]
 
-For example the suffix capped at 64 tokens against the whole suffix:
+For example int8 exports made two ways: `--model A --variant-model B`. Or the suffix capped at 64 tokens against the whole suffix:
 `--variant '{"suffix_tokens": 64}'`; the cursor's line at the end of the prefix (a keystroke
 encodes the whole suffix again) against the line in the middle (the default):
 `--base '{"line_in_middle": false}'`.
@@ -15,7 +16,9 @@ Each keystroke is filled under both settings in turn. At N cursor positions (lin
 the line being the text typed), the first K characters of the line are typed one at a
 time, and each keystroke asks for a fill, as the editor would (the engine's context
 cache holds the previous keystroke's state). Reports the p50/p95 time of a keystroke's
-fill (encode and decode) for each, and how often the capped fill equals the uncapped one.
+fill (encode and decode) for each, the p50 of the cold fill before each position's
+keystrokes (a new position: nothing cached), and how often the variant's fill equals the
+base's.
 (bench/results/2026-12-03-keystrokes-moved-suffix-qwen05b-int4.json: the same
 keystrokes with the suffix's keys and values moved instead of encoded again, since
 reverted.)
@@ -82,6 +85,7 @@ class Side:
 
     engine: Engine
     times: list[float] = field(default_factory=list)
+    cold: list[float] = field(default_factory=list)  # the fill at a new position, nothing cached
     texts: list[str] = field(default_factory=list)
     passes: int = 0
     tokens: int = 0
@@ -104,6 +108,7 @@ class Side:
             "defaults": defaults,
             "p50_ms": round(statistics.median(self.times), 1),
             "p95_ms": round(ordered[int(0.95 * (len(ordered) - 1))], 1),
+            "cold_p50_ms": round(statistics.median(self.cold), 1) if self.cold else None,
             "tokens_per_pass": round(self.tokens / max(self.passes, 1), 3),
             "acceptance_length": round(self.accepted / self.rounds, 3) if self.rounds else None,
         }
@@ -114,7 +119,9 @@ def run(sides: list[Side], cases: list[list[tuple[str, str]]]) -> None:
     for case in cases:
         for side in sides:
             side.engine.generator.reset()  # type: ignore[attr-defined]
-            side.engine.fill(InfillRequest(prefix=case[0][0][:-1], suffix=case[0][1], language="python"))  # cold
+            t = time.perf_counter()
+            side.engine.fill(InfillRequest(prefix=case[0][0][:-1], suffix=case[0][1], language="python"))
+            side.cold.append((time.perf_counter() - t) * 1000)
         for prefix, suffix in case:
             for side in sides:
                 side.fill(prefix, suffix)
@@ -123,6 +130,7 @@ def run(sides: list[Side], cases: list[list[tuple[str, str]]]) -> None:
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--model", type=Path, required=True)
+    p.add_argument("--variant-model", type=Path, help="the variant's model directory (default: --model)")
     p.add_argument("--base", type=json.loads, default={}, help="defaults of the base run (JSON)")
     p.add_argument("--variant", type=json.loads, default={}, help="defaults of the variant run (JSON)")
     p.add_argument("--positions", type=int, default=8)
@@ -134,14 +142,18 @@ def main() -> int:
     opts = FillOptions(context_tokens=args.context_tokens, canvas_tokens=args.canvas_tokens)
     with tempfile.TemporaryDirectory() as tmp:
         base_side, var_side = (
-            Side(local_engine(load_model(variant_copy(args.model, Path(tmp), name, d)), opts))
-            for name, d in (("base", args.base), ("variant", args.variant))
+            Side(local_engine(load_model(variant_copy(model, Path(tmp), name, d)), opts))
+            for name, model, d in (
+                ("base", args.model, args.base),
+                ("variant", args.variant_model or args.model, args.variant),
+            )
         )
         run([base_side, var_side], cases)
     base, var = base_side.texts, var_side.texts
     first = [a.split("\n")[0] == b.split("\n")[0] for a, b in zip(var, base, strict=True)]
     report = {
         "model": str(args.model),
+        "variant_model": str(args.variant_model or args.model),
         "keystrokes": len(var),
         "positions": len(cases),
         "context_tokens": args.context_tokens,
@@ -149,6 +161,9 @@ def main() -> int:
         "base": base_side.report(args.base),
         "variant": var_side.report(args.variant),
         "p50_ratio_variant_to_base": round(statistics.median(var_side.times) / statistics.median(base_side.times), 2),
+        "cold_p50_ratio_variant_to_base": round(
+            statistics.median(var_side.cold) / statistics.median(base_side.cold), 2
+        ),
         "same_fill": round(sum(a == b for a, b in zip(var, base, strict=True)) / len(var), 3),
         "same_first_line": round(sum(first) / len(first), 3),
         "when": time.strftime("%Y-%m-%d"),
