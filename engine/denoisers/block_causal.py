@@ -170,13 +170,9 @@ class BlockCausalDenoiser(OnModelDevice):
         block-causally: canvas (B, C) -> float32 logits (B, C, V), the shift applied."""
         pay = self._payload(state)
         fill = state.payload if isinstance(state.payload, _Fill) else None
-        canvas = torch.as_tensor(canvas_ids, device=self.device).long()
-        if canvas.ndim != 2:
-            raise ValueError(f"canvas_ids must be (B, C); got shape {tuple(canvas.shape)}")
-        b, c = canvas.shape
         p = len(state.token_ids)
-        if p + c > self.info.max_positions:
-            raise ValueError(f"context and canvas ({p + c} tokens) exceed max_positions={self.info.max_positions}")
+        canvas = self.canvas_tensor(canvas_ids, p)
+        b, c = canvas.shape
         rows = torch.cat([torch.tensor(state.token_ids, device=self.device).expand(b, -1), canvas], dim=1)
         with torch.inference_mode():
             reused = self._from_steps(fill.steps, pay, rows, p) if fill is not None else None

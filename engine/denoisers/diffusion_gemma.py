@@ -234,15 +234,9 @@ class DiffusionGemmaDenoiser(OnModelDevice):
         if not isinstance(cache, Cache):
             raise TypeError("state was not made by DiffusionGemmaDenoiser.encode")
         device = self.device
-        canvas = torch.as_tensor(canvas_ids, device=device)
-        if canvas.dtype != torch.long:
-            canvas = canvas.long()
-        if canvas.ndim != 2:
-            raise ValueError(f"canvas_ids must be (B, C); got shape {tuple(canvas.shape)}")
-        batch, length = canvas.shape
         cur_len = len(state.token_ids)
-        if cur_len + length > self.info.max_positions:
-            raise ValueError(f"context ({cur_len}) + canvas ({length}) exceeds max_positions={self.info.max_positions}")
+        canvas = self.canvas_tensor(canvas_ids, cur_len)
+        batch, length = canvas.shape
         sc = None
         if self_cond is not None:
             sc = torch.as_tensor(self_cond, device=device).to(self.model.model.decoder.embed_tokens.weight.dtype)

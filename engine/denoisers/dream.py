@@ -135,12 +135,7 @@ class DreamDenoiser(OnModelDevice):
         """One bidirectional pass: canvas (B, C) -> float32 logits (B, C, V), the canvas in
         place between the prefix and the suffix."""
         parts = self._parts(state)
-        canvas = torch.as_tensor(canvas_ids, device=self.device).long()
-        if canvas.ndim != 2:
-            raise ValueError(f"canvas_ids must be (B, C); got shape {tuple(canvas.shape)}")
-        total = len(parts.before) + canvas.shape[1] + len(parts.after)
-        if total > self.info.max_positions:
-            raise ValueError(f"context and canvas ({total} tokens) exceed max_positions={self.info.max_positions}")
+        canvas = self.canvas_tensor(canvas_ids, len(parts.before) + len(parts.after))
         with torch.inference_mode():
             if self.length_edits is not None and (lengths := self._row_lengths(canvas)).min() < canvas.shape[1]:
                 return self._ragged_step(parts, canvas, lengths)

@@ -187,13 +187,9 @@ class LLaDADenoiser(OnModelDevice):
         if not isinstance(state.payload, LLaDAPayload):
             raise TypeError("state was not made by LLaDADenoiser.encode")
         before, after = state.payload.before, state.payload.after
-        canvas = torch.as_tensor(canvas_ids, device=self.device).long()
-        if canvas.ndim != 2:
-            raise ValueError(f"canvas_ids must be (B, C); got shape {tuple(canvas.shape)}")
+        canvas = self.canvas_tensor(canvas_ids, len(before) + len(after))
         b, c = canvas.shape
         t = len(before) + c + len(after)
-        if t > self.info.max_positions:
-            raise ValueError(f"context and canvas ({t} tokens) exceed max_positions={self.info.max_positions}")
         with torch.inference_mode():
             if self.cache_mode == "dual":
                 return self._dual_step(before, after, canvas)

@@ -50,6 +50,7 @@ class OnModelDevice:
     tensors on the model's device, torch's random numbers there."""
 
     model: Any
+    info: DenoiserInfo
 
     @property
     def device(self) -> torch.device:
@@ -61,6 +62,17 @@ class OnModelDevice:
 
     def random_source(self, seed: int | None) -> TorchRandomSource:
         return TorchRandomSource(seed, self.device)
+
+    def canvas_tensor(self, canvas_ids: Any, around: int) -> torch.Tensor:
+        """`canvas_ids` as a (B, C) long tensor on the model's device, or a ValueError where
+        it is not (B, C) or does not fit with the `around` context tokens in max_positions."""
+        canvas = torch.as_tensor(canvas_ids, device=self.device).long()
+        if canvas.ndim != 2:
+            raise ValueError(f"canvas_ids must be (B, C); got shape {tuple(canvas.shape)}")
+        limit = self.info.max_positions
+        if around + canvas.shape[1] > limit:
+            raise ValueError(f"context and canvas ({around + canvas.shape[1]} tokens) exceed max_positions={limit}")
+        return canvas
 
 
 class TorchDenoiser(KVDenoiser):
