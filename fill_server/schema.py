@@ -102,6 +102,18 @@ def _int(lo: int, hi: int) -> Parser:
     return parse
 
 
+def _clamped(lo: int, hi: int) -> Parser:
+    """An integer from `lo` up, any above `hi` taken as `hi` (a field whose client may ask for
+    more than is kept, and loses nothing by getting less)."""
+    at_least = _int(lo, 2**63 - 1)
+
+    def parse(name: str, value: Any) -> int | None:
+        got = at_least(name, value)
+        return None if got is None else min(got, hi)
+
+    return parse
+
+
 def _number(lo: float, hi: float) -> Parser:
     def parse(name: str, value: Any) -> float | None:
         if value is None:
@@ -182,7 +194,7 @@ FIELDS: dict[Dialect, dict[str, Parser]] = {
         "n_predict": _int(-1, MAX_TOKENS),  # -1: no limit of the client's (the span's budget)
         "max_tokens": _int(1, MAX_TOKENS),
         "t_max_predict_ms": _int(0, MAX_DEADLINE_MS),
-        "n_probs": _int(0, MAX_LOGPROBS),  # 0: none (llama.cpp's meaning)
+        "n_probs": _clamped(0, MAX_LOGPROBS),  # 0: none (llama.cpp's meaning); llama.cpp takes more
     },
 }
 # sent by the clients docs/serve.md names (Continue, Zed, minuet-ai.nvim, llama.vscode,

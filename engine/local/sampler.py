@@ -520,7 +520,7 @@ def run(
         # position's entropy and log-probabilities
         sc = regime.score(logits, cfg.temperature(max(cfg.max_steps - step, 1)), st.canvas, st.locked, st.finished)
         # 5. which positions to accept: within each row's block
-        window = blocks.window(regime.open(st.locked), st.canvas)
+        window = blocks.window(regime.open(st.locked))
         accept, pred = _accepted(regime, sc, st, draft if step == 0 else None, window)
         # 6. update the canvas
         st.update(regime, accept, pred, sc)
@@ -588,17 +588,17 @@ def _accepted(regime: _Regime, sc: _Scores, st: _CanvasState, draft: Any | None,
     return accept, pred
 
 
-def settled_positions(canvas: Any, start: int, size: int, mask: int) -> Any:
+def settled_positions(open_: Any, start: int, size: int) -> Any:
     """(B, C) bool, for a shifted block-causal model whose canvas begins at sequence
-    position `start`: each row's first mask where it begins one of the model's blocks
-    (`start` + i a multiple of `size`). Its logits come from the last position of the block
-    before, which is complete: no mask can change them any more (an autoregressive next
-    token)."""
-    xp = array_api_compat.array_namespace(canvas)
-    idx = xp.arange(canvas.shape[-1], device=array_api_compat.device(canvas))
-    masked = canvas == mask
-    first = xp.cumulative_sum(xp.astype(masked, xp.int32), axis=-1) == 1
-    return xp.logical_and(xp.logical_and(masked, first), (idx + start) % size == 0)
+    position `start`: each row's first open position (every one before it locked) where it
+    begins one of the model's blocks (`start` + i a multiple of `size`). Its logits come from
+    the last position of the block before, whose tokens are all locked: nothing the loop
+    does can change them any more (an autoregressive next token). An unlocked token before
+    it (a draft, a typed-through rest) is not locked: then no position is settled."""
+    xp = array_api_compat.array_namespace(open_)
+    idx = xp.arange(open_.shape[-1], device=array_api_compat.device(open_))
+    first = xp.logical_and(open_, xp.cumulative_sum(xp.astype(open_, xp.int32), axis=-1) == 1)
+    return xp.logical_and(first, (idx + start) % size == 0)
 
 
 @dataclass
@@ -637,9 +637,8 @@ class _Blocks:
         c = int(canvas.shape[-1])
         n = 1 if self.length is None else -(-(self.phase + c) // self.length)
         self.per_block = max(1, cfg.max_steps // n)
-        # the model's block size where a block's first position settles (0: none does), the mask
-        self.size = info.block_size if info.block_size and info.block_start_settled and info.mask_id is not None else 0
-        self.mask = info.mask_id if info.mask_id is not None else -1
+        # the model's block size where a block's first position settles (0: none does)
+        self.size = info.block_size if info.block_size and info.block_start_settled else 0
         leads = 0  # the model's block starts at sequence positions start..start + c - 1
         if self.size:
             leads = (self.start + c - 1) // self.size - (self.start - 1) // self.size
@@ -647,7 +646,7 @@ class _Blocks:
         self.current: Any | None = None  # (B, 1) each row's block
         self.spent = xp.zeros((int(canvas.shape[0]), 1), dtype=xp.int64, device=self.dev)  # steps in it
 
-    def window(self, open_: Any, canvas: Any) -> _Window:
+    def window(self, open_: Any) -> _Window:
         """This step's window (a row's block is its first with open positions); counts the
         step against the row's block unless the row takes a settled position in it."""
         xp = self.xp
@@ -664,8 +663,7 @@ class _Blocks:
         remaining = xp.clip(self.per_block - self.spent, 1, None)
         lead = None
         if self.size:
-            settled = settled_positions(canvas, self.start, self.size, self.mask)
-            lead = xp.logical_and(settled, xp.logical_and(open_, inside))
+            lead = xp.logical_and(settled_positions(open_, self.start, self.size), inside)
             self.spent = xp.where(xp.any(lead, axis=-1, keepdims=True), self.spent, self.spent + 1)
         else:
             self.spent = self.spent + 1

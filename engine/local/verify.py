@@ -115,6 +115,7 @@ def run_verified(
         cfg,
         strategy=cfg.draft_strategy,
         max_steps=cfg.draft_steps,
+        block_length=None,  # a draft is draft_steps passes over the whole canvas, in no blocks
         greedy=True,
         t_max=1.0,
         t_min=1.0,

@@ -611,6 +611,20 @@ def test_a_settled_token_takes_a_step_outside_its_blocks_share(strategy: str, st
     assert result.stop_reason == "complete" and result.steps == len(want)
 
 
+@pytest.mark.parametrize("block_length", [None, 4])
+def test_a_block_start_settles_only_after_every_position_before_it_is_locked(block_length: int | None) -> None:
+    """Drafts (unlocked proposals) before a model's block start: its prediction reads them,
+    so it is not settled, and not taken alone, until every position before it is locked."""
+    info = KnownBlocks(8, 1, 5).info
+    canvas = np.full((1, 12), MASK, dtype=np.int64)  # after 4 tokens: canvas position 4 begins a block
+    cfg = SamplerConfig(strategy="confidence", block_length=block_length, max_steps=64)
+    open_ = np.ones((1, 12), dtype=bool)  # drafts at 0..3 are open, as the masks after them
+    assert not sampler._Blocks(info, 4, canvas, cfg).window(open_).lead.any()
+    open_[0, :4] = False  # now locked
+    lead = sampler._Blocks(info, 4, canvas, cfg).window(open_).lead
+    assert lead.tolist() == [[i == 4 for i in range(12)]]
+
+
 def test_a_block_length_must_divide_the_models_blocks(tmp_path: Path) -> None:
     """The sampler's blocks fall within the model's: a block length generation_config.json or
     config.json's defaults set that does not divide the model's is refused at load; the

@@ -140,6 +140,15 @@ def test_good_drafts_take_fewer_passes_than_one_token_at_a_time() -> None:
     assert worse.accepted == 1 and worse.rounds  # only the end-of-fill == len(TARGET) + 1 and worse.passes > ar_passes
 
 
+def test_a_draft_takes_its_draft_steps_whatever_the_block_length() -> None:
+    """A model's block length (its generation_config.json, its defaults) is for its own
+    canvas fills; a verified fill's draft is draft_steps passes over the whole canvas."""
+    plain = greedy(TwoModes(TARGET, TARGET))
+    blocked = greedy(TwoModes(TARGET, TARGET), cfg={"block_length": 2})
+    assert blocked[0] == plain[0] == [*TARGET, EOF, PAD, PAD, PAD]
+    assert blocked[2].passes == plain[2].passes == 3  # the context, one draft step, one verification
+
+
 def test_a_wrong_token_costs_one_round() -> None:
     den = TwoModes(TARGET, [5, 6, 7, 2, 9, 10, 11, 5])
     ver, ar, stats, _ = greedy(den)
