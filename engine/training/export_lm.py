@@ -117,12 +117,15 @@ class LMGraph(nn.Module):
         q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
         k = torch.cat([past[0], k], dim=2)  # (B, Hkv, P+T, D)
         v = torch.cat([past[1], v], dim=2)
+        # grouped-query attention without copying the keys and values for each query head:
+        # query head h reads key/value head h // group, so the query heads are grouped beside
+        # their key/value head and the product broadcasts over the group
         group = self.heads // self.kv_heads
-        kk = k.repeat_interleave(group, dim=1)  # (B, H, P+T, D)
-        vv = v.repeat_interleave(group, dim=1)
-        scores = torch.matmul(q, kk.transpose(-1, -2)) * self.head_dim**-0.5 + bias  # (B, H, T, P+T)
-        out = torch.matmul(torch.softmax(scores, dim=-1), vv)  # (B, H, T, D)
-        out = out.transpose(1, 2).reshape(b, t, self.heads * self.head_dim)
+        qg = q.reshape(b, self.kv_heads, group, t, self.head_dim)  # (B, Hkv, G, T, D)
+        scores = torch.matmul(qg, k.unsqueeze(2).transpose(-1, -2)) * self.head_dim**-0.5  # (B, Hkv, G, T, P+T)
+        scores = scores + bias.unsqueeze(1)  # bias (B|1, 1, T, P+T) -> (B|1, 1, 1, T, P+T)
+        out = torch.matmul(torch.softmax(scores, dim=-1), v.unsqueeze(2))  # (B, Hkv, G, T, D)
+        out = out.reshape(b, self.heads, t, self.head_dim).transpose(1, 2).reshape(b, t, self.heads * self.head_dim)
         return a.o_proj(out), k, v
 
 
