@@ -377,17 +377,22 @@ def make_ready(dest: Path, quantize: str) -> Path:
     """Step 7: a Qwen2, Llama or Dream checkpoint exported for the base install
     (`export-onnx --quantize`) into `<dest>-<quantize>`, and timed on this machine
     (`diffusion-infill models --measure`), so that the language server can choose it
-    (engine/models/folder.py). Both are kept when done before; returns the export."""
+    (engine/models/folder.py). Both are kept when done before, unless the export is of an
+    older graph (export_lm.EXPORT_VERSION): then both are done again. Returns the export."""
     try:
-        from engine.training.export_lm import export_lm
+        from engine.training.export_lm import EXPORT_VERSION, export_lm, export_version
     except ImportError as exc:
         raise PullError(
             f"exporting needs torch: pip install 'diffusion-lsp[torch]', or pull with --ready none ({exc})"
         ) from exc
     from engine.commands.models import measure
-    from engine.models.folder import machine_key, read_timing, write_timing
+    from engine.models.folder import TIMING_FILE, machine_key, read_timing, write_timing
 
     out = dest.with_name(f"{dest.name}-{quantize}")
+    if 0 < export_version(out) < EXPORT_VERSION:  # a finished export of an older graph
+        say(f"{out} was exported by an older version (a slower graph): exporting it again")
+        (out / CONFIG_FILE).unlink()  # first: an interrupted export is then unfinished, not old
+        (out / TIMING_FILE).unlink(missing_ok=True)  # its times were the old graph's
     if not (out / CONFIG_FILE).is_file():  # written last: a finished export
         say(f"exporting for the base install (onnxruntime, {quantize} weights) into {out}: a few minutes")
         export_lm(dest, out, quantize)

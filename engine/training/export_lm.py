@@ -47,6 +47,10 @@ from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES, DREAM_MODEL_TYPES, O
 
 OPSET = 17
 QUANTIZE = ("int4", "int8", "none")
+# the graph's version, in an export's config.json (diffusion_lsp.export_version; none: 1):
+# 2 is int8's integer products and grouped-query attention without copies. `pull` exports
+# a model again where its export is older (engine/commands/pull.py)
+EXPORT_VERSION = 2
 BLOCK_SIZE = 32  # weights per quantization block (onnxruntime's MatMulNBits)
 ACCURACY_LEVEL = 4  # MatMulNBits: activations quantized to int8 for the arithmetic (fast on AVX2)
 # int8's products that stay MatMulNBits (by the traced module names: LMGraph's `head`, the MLPs' down_proj)
@@ -161,11 +165,22 @@ def export_lm(source: Path, out: Path, quantize: str = "int8") -> Path:
     if (source / GENERATION_FILE).is_file():  # its decoding defaults and diffusion signs go along
         shutil.copy(source / GENERATION_FILE, out / GENERATION_FILE)
     own = dict(cfg.get("diffusion_lsp", {}))
-    own.update(source_model_type=model_type, quantization=quantize, graph=LM_GRAPH_FILE)
+    own.update(source_model_type=model_type, quantization=quantize, graph=LM_GRAPH_FILE, export_version=EXPORT_VERSION)
     exported = {**cfg, "model_type": ONNX_LM_MODEL_TYPE, "diffusion_lsp": own}
     exported.setdefault("head_dim", head_dim)
     (out / CONFIG_FILE).write_text(json.dumps(exported, indent=2) + "\n", encoding="utf-8")
     return out
+
+
+def export_version(path: Path) -> int:
+    """The graph version of the export in `path` (1: made before versions were written;
+    0: no finished export there)."""
+    try:
+        own = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8")).get("diffusion_lsp", {})
+    except (OSError, ValueError, AttributeError):
+        return 0
+    version = own.get("export_version", 1) if isinstance(own, dict) else 1
+    return version if isinstance(version, int) and not isinstance(version, bool) else 1
 
 
 def _trace(graph: LMGraph, layers: int, path: Path) -> None:

@@ -732,6 +732,7 @@ def test_a_pulled_qwen2_is_exported_and_timed_for_the_server(
     pytest.importorskip("onnx_ir")
     from engine.denoisers.loading import load_model
     from engine.models.folder import default_model, machine_key, read_timing
+    from engine.training.export_lm import EXPORT_VERSION, export_version
     from tests import dream_checkpoint
 
     source = dream_checkpoint.write(tmp_path / "tiny-qwen2", "qwen2", autoregressive=True)
@@ -740,6 +741,7 @@ def test_a_pulled_qwen2_is_exported_and_timed_for_the_server(
     assert code == 0, err
     export = models / "test-org--tiny-qwen2-int8"
     assert out == f"{export}\n" and "exporting for the base install" in err and "timing it" in err
+    assert "older version" not in err
     loaded = load_model(export)
     assert loaded.backend == "onnx"
     timing = read_timing(export, machine_key())
@@ -749,6 +751,15 @@ def test_a_pulled_qwen2_is_exported_and_timed_for_the_server(
     # again: the export and its times are kept, nothing is redone
     code, out, err = run_ready(capsys, "test-org/tiny-qwen2", "--dir", str(models))
     assert code == 0 and out == f"{export}\n" and "exporting" not in err and "timing" not in err
+    # an export of an older graph (no export_version written) is made again, and timed again
+    cfg = json.loads((export / "config.json").read_text())
+    assert cfg["diffusion_lsp"].pop("export_version") == EXPORT_VERSION
+    (export / "config.json").write_text(json.dumps(cfg))
+    code, out, err = run_ready(capsys, "test-org/tiny-qwen2", "--dir", str(models))
+    assert code == 0 and out == f"{export}\n", err
+    assert "exported by an older version" in err and "exporting for the base install" in err and "timing it" in err
+    assert export_version(export) == EXPORT_VERSION and read_timing(export, machine_key()) is not None
+    assert load_model(export).backend == "onnx"
 
 
 def run_ready(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
