@@ -107,13 +107,12 @@ class BlockPayload:
 class _Steps:
     """What a step left for the next of its fill: its rows' tokens at sequence positions
     0..held (a block boundary, no mask in any row before it), their keys and values, and the
-    logits (B, n, V) predicting sequence positions first..first + n (those predicted from
-    held positions)."""
+    logits (B, n, V) of the fill's first n canvas positions (those predicted from held
+    positions; a fill's context, and so where its canvas starts, never changes)."""
 
     rows: torch.Tensor
     held: int
     cache: Cache
-    first: int
     logits: torch.Tensor
 
 
@@ -231,12 +230,12 @@ class BlockCausalDenoiser(OnModelDevice):
         agree = int(same.long().cumprod(0).sum())  # positions equal in every row
         keep = min(agree, t - 1) // self.block * self.block  # at least one position runs
         end = max(p, keep + self.shift)  # the canvas's positions p..end are predicted from held ones
-        if keep <= pay.held or p < steps.first or end > steps.first + steps.logits.shape[1]:
+        if keep <= pay.held or end > p + steps.logits.shape[1]:
             return None
         cache = cropped(steps.cache, keep)
         if cache is None:
             return None
-        return cache, keep, steps.logits[:, p - steps.first : end - steps.first]
+        return cache, keep, steps.logits[:, : end - p]
 
     def _keep(self, fill: _Fill, rows: torch.Tensor, cache: Cache, logits: torch.Tensor, p: int) -> None:
         """Keep in the fill this step's rows up to their last complete block with no mask in
@@ -248,7 +247,7 @@ class BlockCausalDenoiser(OnModelDevice):
         kept = cropped(cache, held) if held > p - p % self.block else None
         if kept is not None:
             n = max(0, min(logits.shape[1], held - p + self.shift))
-            fill.steps = _Steps(rows[:, :held].clone(), held, kept, p, logits[:, :n])
+            fill.steps = _Steps(rows[:, :held].clone(), held, kept, logits[:, :n])
 
     def _run(self, ids: torch.Tensor, cache: Cache, start: int) -> torch.Tensor:
         """Run `ids` (B, T) at positions start.. after the `start` positions in `cache`
