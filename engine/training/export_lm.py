@@ -18,12 +18,13 @@ written out so that they trace to plain ONNX operators.
 
 Quantization: `int4` puts every weight product, the output head included, in onnxruntime's
 MatMulNBits (weight-only, blocks of BLOCK_SIZE along the input, symmetric, int8 arithmetic
-for the activations). `int8` puts the attention projections and the MLPs' gate and up
-projections in integer products (`_integer_products`: onnxruntime's dynamic quantization,
-which encodes a context 2.2-2.4x faster than MatMulNBits in 8 bits on 2 cores), and the
-head and the down projections in 8-bit MatMulNBits. The embedding table stays float32 (a
-lookup of a few rows costs nothing; its memory is the price). 8 bits is the default: on
-the held-out eval it is within a task of float32, and 4 bits lose (docs/models.md).
+for the activations). `int8` puts every projection of every layer (attention's q, k, v and
+o, the MLPs' gate, up and down) in integer products with each token's activations
+quantized by their own scale (`_integer_products`), and the head in 8-bit MatMulNBits
+(one token's logits read its weights once: a product bound by memory, where 8-bit
+MatMulNBits is as fast). The embedding table stays float32 (a lookup of a few rows costs
+nothing; its memory is the price). 8 bits is the default: on the held-out eval it is
+within a task of float32, and 4 bits lose (docs/models.md).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -48,13 +50,18 @@ from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES, DREAM_MODEL_TYPES, O
 OPSET = 17
 QUANTIZE = ("int4", "int8", "none")
 # the graph's version, in an export's config.json (diffusion_lsp.export_version; none: 1):
-# 2 is int8's integer products and grouped-query attention without copies. `pull` exports
+# 2 is int8's integer products and grouped-query attention without copies; 3 is int8's
+# integer products with a scale per token, the down projections among them. `pull` exports
 # a model again where its export is older (engine/commands/pull.py)
-EXPORT_VERSION = 2
+EXPORT_VERSION = 3
 BLOCK_SIZE = 32  # weights per quantization block (onnxruntime's MatMulNBits)
 ACCURACY_LEVEL = 4  # MatMulNBits: activations quantized to int8 for the arithmetic (fast on AVX2)
-# int8's products that stay MatMulNBits (by the traced module names: LMGraph's `head`, the MLPs' down_proj)
-INTEGER_KEEPS = re.compile(r"^/head/|/down_proj(_\d+)?/")
+# int8's products that stay MatMulNBits (by the traced module name: LMGraph's `head`)
+INTEGER_KEEPS = re.compile(r"^/head/")
+# int8's integer products: weights in [-63, 63] (7 bits), as the u8-by-s8 product of x86
+# CPUs without VNNI adds two products in 16 bits and saturates on 8 (onnxruntime's
+# `reduce_range`); with 8 bits, measured on a VNNI CPU, the held-out eval was no better
+WEIGHT_LEVELS = 63
 
 
 class LMGraph(nn.Module):
@@ -225,10 +232,10 @@ def _write_graph(plain: Path, dest: Path, quantize: str) -> None:
     import onnx
 
     logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)  # a line per node at INFO
-    if quantize == "int8":
-        plain = _integer_products(plain)
     model = onnx.load(str(plain), load_external_data=True)
-    if quantize != "none":  # (after int8's integer products: the head and the down projections)
+    if quantize == "int8":
+        _integer_products(model, INTEGER_KEEPS)
+    if quantize != "none":  # (after int8's integer products: the head)
         from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
         quant = MatMulNBitsQuantizer(
@@ -242,21 +249,63 @@ def _write_graph(plain: Path, dest: Path, quantize: str) -> None:
     onnx.save(model, str(dest), save_as_external_data=True, all_tensors_to_one_file=True, location=data)
 
 
-def _integer_products(plain: Path) -> Path:
-    """The graph beside `plain` with its weight products in integer arithmetic
-    (onnxruntime's dynamic quantization: int8 weights per output channel, in 7 bits as
-    AVX2's u8-by-s8 product needs, the activations quantized as they come), except those
-    that keep MatMulNBits (INTEGER_KEEPS: the head, and the down projections, whose inputs
-    carry the outliers a per-tensor activation scale loses). docs/models.md has the
-    measurements: a context encoded 2.2-2.4x faster, the held-out eval within a task."""
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+def _integer_products(model: Any, keep: re.Pattern[str]) -> None:
+    """Put `model`'s weight products (MatMul by a 2-D initializer), except those whose node
+    name `keep` matches, in integer arithmetic, in place: the weights in int8 per output
+    column (7 bits: AVX2's u8-by-s8 product saturates on 8), each token's activations
+    quantized to u8 by its own scale (its largest magnitude over 127, zero point 128), the
+    int32 products back to float32 by both scales. onnxruntime's dynamic quantization takes
+    one scale for the whole chunk, so that one token's outlier costs every other token its
+    precision, and a token's result depended on the chunk it was encoded in; per token, it
+    does neither. The products of one input (q, k and v; gate and up) share its
+    quantization."""
+    from onnx import TensorProto, helper, numpy_helper
 
-    graph = onnx.load(str(plain), load_external_data=False).graph
-    keep = [n.name for n in graph.node if n.op_type == "MatMul" and INTEGER_KEEPS.search(n.name)]
-    out = plain.with_name("integer-" + plain.name)
-    quantize_dynamic(
-        plain, out, op_types_to_quantize=["MatMul"], per_channel=True, reduce_range=True,
-        weight_type=QuantType.QInt8, nodes_to_exclude=keep, use_external_data_format=True,
-    )  # fmt: skip
-    return out
+    g = model.graph
+    weights = {t.name: t for t in g.initializer}
+    consts = [
+        numpy_helper.from_array(np.array(1e-8, np.float32), "pt/eps"),
+        numpy_helper.from_array(np.array(1 / 127, np.float32), "pt/inv127"),
+        numpy_helper.from_array(np.array(1.0, np.float32), "pt/one"),
+        numpy_helper.from_array(np.array(128, np.uint8), "pt/zp"),
+    ]
+    nodes: list[Any] = []
+    quantized: dict[str, tuple[str, str]] = {}  # input -> (its u8 tokens, their scales (..., 1))
+    for node in g.node:
+        w = weights.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) == 2 else None
+        if w is None or len(w.dims) != 2 or keep.search(node.name):
+            nodes.append(node)
+            continue
+        x = node.input[0]
+        if x not in quantized:
+            p = f"pt/{len(quantized)}/"
+            nodes += [
+                helper.make_node("Abs", [x], [p + "abs"]),
+                helper.make_node("ReduceMax", [p + "abs"], [p + "max"], name=p + "max", axes=[-1], keepdims=1),
+                helper.make_node("Max", [p + "max", "pt/eps"], [p + "max1"]),
+                helper.make_node("Mul", [p + "max1", "pt/inv127"], [p + "scale"]),
+                helper.make_node("Div", [x, p + "scale"], [p + "unit"]),
+                helper.make_node("QuantizeLinear", [p + "unit", "pt/one", "pt/zp"], [p + "u8"]),
+            ]
+            quantized[x] = (p + "u8", p + "scale")
+        u8, scale = quantized[x]
+        dense = numpy_helper.to_array(w).astype(np.float32)  # (K, N)
+        column = np.maximum(np.abs(dense).max(axis=0), 1e-12) / WEIGHT_LEVELS
+        p = f"pt/{node.name}/"
+        levels = np.clip(np.round(dense / column), -WEIGHT_LEVELS, WEIGHT_LEVELS).astype(np.int8)
+        consts += [
+            numpy_helper.from_array(levels, p + "w"),
+            numpy_helper.from_array(column.astype(np.float32), p + "wscale"),
+        ]
+        nodes += [
+            helper.make_node("MatMulInteger", [u8, p + "w", "pt/zp"], [p + "i32"]),
+            helper.make_node("Cast", [p + "i32"], [p + "f"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", [p + "f", scale], [p + "tokens"]),
+            helper.make_node("Mul", [p + "tokens", p + "wscale"], [node.output[0]]),
+        ]
+    read = {name for n in nodes for name in n.input}  # a float weight another node reads stays (a tied head)
+    left = [t for t in g.initializer if t.name in read]
+    del g.initializer[:]
+    g.initializer.extend([*left, *consts])
+    del g.node[:]
+    g.node.extend(nodes)

@@ -68,11 +68,10 @@ def test_the_one_token_mode_equals_torch(
         (_, la), (g2, lb) = ref.extend(rs, [12, 13, 14]), den.extend(gs, [12, 13, 14])
         np.testing.assert_allclose(lb, la.numpy(), atol=tol)
         # a cut back to the first new token gives the logits after it, as the uncut state did:
-        # exactly in float32 and int4; int8's integer products scale their activations by the
-        # chunk they come in (dynamic quantization), so a token run alone and one run among
-        # others agree within int8's tolerance, as llama.cpp's results depend on the batch
+        # a token's result does not depend on the chunk it is run in (int8 too: each token's
+        # activations are quantized by their own scale, not by the chunk's largest value)
         cut = den.next_logits(den.cut(g2, len(gs.token_ids) + 1))
-        np.testing.assert_allclose(cut, lb[0], atol=tol if quantize == "int8" else 1e-5)
+        np.testing.assert_allclose(cut, lb[0], atol=1e-5)
 
 
 @pytest.mark.parametrize("quantize", list(TOLERANCE))
@@ -140,19 +139,56 @@ def test_the_export_carries_what_the_base_install_needs(exported: dict[tuple[str
 
 
 def test_8_bits_put_the_projections_in_integer_products(exported: dict[tuple[str, str], Path]) -> None:
-    """int8: the attention and gate/up projections in integer products; the head and the
-    down projections (whose inputs carry the outliers) in 8-bit MatMulNBits; no weight left
-    in float32 but the embedding table."""
+    """int8: every projection of every layer in integer products, with a scale per token
+    (the largest magnitude over the last axis); the head in 8-bit MatMulNBits; no weight
+    left in float32 but the embedding table."""
     import onnx
 
     model = onnx.load(str(exported["qwen2", "int8"] / "model.onnx"), load_external_data=False)
     weights = {t.name for t in model.graph.initializer}
     nbits = [n.name for n in model.graph.node if n.op_type == "MatMulNBits"]
     integer = [n for n in model.graph.node if n.op_type == "MatMulInteger"]
+    per_row = [n for n in model.graph.node if n.op_type == "QuantizeLinear"]
+    reduced = [n for n in model.graph.node if n.op_type == "ReduceMax" and n.name.startswith("pt/")]
     layers = json.loads((exported["qwen2", "int8"] / "config.json").read_text())["num_hidden_layers"]
-    assert len(nbits) == layers + 1 and all("down_proj" in n or n.startswith("/head/") for n in nbits)
-    assert len(integer) == 6 * layers  # q, k, v, o, gate, up
+    assert len(nbits) == 1 and nbits[0].startswith("/head/")
+    assert len(integer) == 7 * layers  # q, k, v, o, gate, up, down
+    assert len(per_row) == 4 * layers  # q, k and v share their input's quantization, gate and up theirs
+    assert len(reduced) == len(per_row)
+    assert all(next(a.ints for a in n.attribute if a.name == "axes") == [-1] for n in reduced)
     assert not [n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
+
+
+def test_a_token_s_outlier_leaves_the_other_tokens_precision(tmp_path: Path) -> None:
+    """Integer products scale each token by its own largest activation: a token a hundred
+    times larger than the rest leaves the others' results as precise as without it (one
+    scale for the chunk would round the small tokens to nothing)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from engine.training.export_lm import INTEGER_KEEPS, _integer_products
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 16)).astype(np.float32)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "t", 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "t", 16])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="/layers.0/mlp/down_proj/MatMul")],
+        "g", [x], [y], [numpy_helper.from_array(w, "w")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    _integer_products(model, INTEGER_KEEPS)
+    assert [n.op_type for n in model.graph.node].count("MatMulInteger") == 1
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    small = rng.standard_normal((1, 3, 64)).astype(np.float32)
+    with_outlier = np.concatenate([small, 100 * rng.standard_normal((1, 1, 64)).astype(np.float32)], axis=1)
+    alone, beside = session.run(None, {"x": small})[0], session.run(None, {"x": with_outlier})[0]
+    np.testing.assert_array_equal(beside[:, :3], alone)
+    exact = small @ w
+    assert np.abs(alone - exact).max() < 0.03 * np.abs(exact).max()  # 8-bit activations, 7-bit weights
+    np.testing.assert_allclose(beside[:, 3], with_outlier[:, 3] @ w, atol=0.03 * np.abs(with_outlier[:, 3] @ w).max())
 
 
 PROBE = """
