@@ -23,8 +23,9 @@ o, the MLPs' gate, up and down) in integer products with each token's activation
 quantized by their own scale (`_integer_products`), and the head in 8-bit MatMulNBits
 (one token's logits read its weights once: a product bound by memory, where 8-bit
 MatMulNBits is as fast). The embedding table stays float32 (a lookup of a few rows costs
-nothing; its memory is the price). 8 bits is the default: on the held-out eval it is
-within a task of float32, and 4 bits lose (docs/models.md).
+nothing; its memory is the price). 8 bits is the default: on the held-out eval it keeps
+float32's exact fills, about 2 points of edit similarity below it; 4 bits lose more
+(docs/models.md).
 """
 
 from __future__ import annotations
