@@ -270,8 +270,12 @@ def _integer_products(model: Any, keep: re.Pattern[str]) -> None:
         numpy_helper.from_array(np.array(1.0, np.float32), "pt/one"),
         numpy_helper.from_array(np.array(128, np.uint8), "pt/zp"),
     ]
+    taken = {n for node in g.node for n in [*node.input, *node.output]} | set(weights)
+    if any(n.startswith("pt/") for n in taken):
+        raise ModelLoadError("the graph already has names starting with pt/: not quantized twice")
     nodes: list[Any] = []
     quantized: dict[str, tuple[str, str]] = {}  # input -> (its u8 tokens, their scales (..., 1))
+    levels_of: dict[str, str] = {}  # a weight -> its int8 levels' prefix (one copy when two products share it)
     for node in g.node:
         w = weights.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) == 2 else None
         if w is None or len(w.dims) != 2 or keep.search(node.name):
@@ -290,19 +294,22 @@ def _integer_products(model: Any, keep: re.Pattern[str]) -> None:
             ]
             quantized[x] = (p + "u8", p + "scale")
         u8, scale = quantized[x]
-        dense = numpy_helper.to_array(w).astype(np.float32)  # (K, N)
-        column = np.maximum(np.abs(dense).max(axis=0), 1e-12) / WEIGHT_LEVELS
-        p = f"pt/{node.name}/"
-        levels = np.clip(np.round(dense / column), -WEIGHT_LEVELS, WEIGHT_LEVELS).astype(np.int8)
-        consts += [
-            numpy_helper.from_array(levels, p + "w"),
-            numpy_helper.from_array(column.astype(np.float32), p + "wscale"),
-        ]
+        if w.name not in levels_of:
+            levels_of[w.name] = q = f"pt/w{len(levels_of)}/"
+            dense = numpy_helper.to_array(w).astype(np.float32)  # (K, N)
+            column = np.maximum(np.abs(dense).max(axis=0), 1e-12) / WEIGHT_LEVELS
+            levels = np.clip(np.round(dense / column), -WEIGHT_LEVELS, WEIGHT_LEVELS).astype(np.int8)
+            consts += [
+                numpy_helper.from_array(levels, q + "w"),
+                numpy_helper.from_array(column.astype(np.float32), q + "wscale"),
+            ]
+        q = levels_of[w.name]
+        p = f"pt/p{len(nodes)}/"  # unique: nodes grows with every product
         nodes += [
-            helper.make_node("MatMulInteger", [u8, p + "w", "pt/zp"], [p + "i32"]),
+            helper.make_node("MatMulInteger", [u8, q + "w", "pt/zp"], [p + "i32"]),
             helper.make_node("Cast", [p + "i32"], [p + "f"], to=TensorProto.FLOAT),
             helper.make_node("Mul", [p + "f", scale], [p + "tokens"]),
-            helper.make_node("Mul", [p + "tokens", p + "wscale"], [node.output[0]]),
+            helper.make_node("Mul", [p + "tokens", q + "wscale"], [node.output[0]]),
         ]
     read = {name for n in nodes for name in n.input}  # a float weight another node reads stays (a tied head)
     left = [t for t in g.initializer if t.name in read]

@@ -171,21 +171,33 @@ def test_a_token_s_outlier_leaves_the_other_tokens_precision(tmp_path: Path) -> 
 
     rng = np.random.default_rng(0)
     w = rng.standard_normal((64, 16)).astype(np.float32)
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "t", 64])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "t", 16])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "t", 64])  # two rows, as a canvas batch
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [2])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, "t", 16]) for n in ("y", "y2")]
+    outs.append(helper.make_tensor_value_info("rows", TensorProto.FLOAT, [2, 16]))
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"], name="/layers.0/mlp/down_proj/MatMul")],
-        "g", [x], [y], [numpy_helper.from_array(w, "w")],
+        [
+            helper.make_node("MatMul", ["x", "w"], ["y"]),  # nodes without names (torch names its own)
+            helper.make_node("MatMul", ["x", "w"], ["y2"]),  # and the same weight again
+            helper.make_node("Gather", ["w", "ids"], ["rows"]),  # the weight read by another node (tied)
+        ],
+        "g", [x, ids], outs, [numpy_helper.from_array(w, "w")],
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     _integer_products(model, INTEGER_KEEPS)
-    assert [n.op_type for n in model.graph.node].count("MatMulInteger") == 1
+    assert [n.op_type for n in model.graph.node].count("MatMulInteger") == 2
+    assert len([t for t in model.graph.initializer if t.data_type == TensorProto.INT8]) == 1  # one copy
+    onnx.checker.check_model(model, full_check=True)
     onnx.save(model, str(tmp_path / "m.onnx"))
     session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
-    small = rng.standard_normal((1, 3, 64)).astype(np.float32)
-    with_outlier = np.concatenate([small, 100 * rng.standard_normal((1, 1, 64)).astype(np.float32)], axis=1)
-    alone, beside = session.run(None, {"x": small})[0], session.run(None, {"x": with_outlier})[0]
+    small = rng.standard_normal((2, 3, 64)).astype(np.float32)
+    with_outlier = np.concatenate([small, 100 * rng.standard_normal((2, 1, 64)).astype(np.float32)], axis=1)
+    feeds = {"ids": np.array([0, 5])}
+    alone, again, rows = session.run(None, {"x": small, **feeds})
+    beside = session.run(None, {"x": with_outlier, **feeds})[0]
     np.testing.assert_array_equal(beside[:, :3], alone)
+    np.testing.assert_array_equal(again, alone)
+    np.testing.assert_array_equal(rows, w[[0, 5]])
     exact = small @ w
     assert np.abs(alone - exact).max() < 0.03 * np.abs(exact).max()  # 8-bit activations, 7-bit weights
     np.testing.assert_allclose(beside[:, 3], with_outlier[:, 3] @ w, atol=0.03 * np.abs(with_outlier[:, 3] @ w).max())
