@@ -18,7 +18,9 @@ import json
 import sys
 import sysconfig
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -28,12 +30,12 @@ from engine.denoisers.loading import load_model
 PACKAGES = ("json", "email", "http")
 
 
-def windows(tokenize: object, count: int, tokens: int) -> list[list[int]]:
+def windows(tokenize: Callable[[str], Sequence[int]], count: int, tokens: int) -> list[list[int]]:
     lib = Path(sysconfig.get_paths()["stdlib"])
     files = sorted(f for p in PACKAGES for f in (lib / p).rglob("*.py"))
     out: list[list[int]] = []
     for f in files[::3]:
-        ids = tokenize(f.read_text(encoding="utf-8"))  # type: ignore[operator]
+        ids = tokenize(f.read_text(encoding="utf-8"))
         if len(ids) > 300 + tokens:
             out.append(list(ids[300 : 300 + tokens]))
         if len(out) == count:
@@ -41,14 +43,13 @@ def windows(tokenize: object, count: int, tokens: int) -> list[list[int]]:
     return out
 
 
-def log_probs(model_dir: Path, texts: list[list[int]]) -> list[np.ndarray]:
+def log_probs(den: Any, texts: list[list[int]]) -> list[np.ndarray]:
     """Per window, the log-probabilities (T, V) of each next token, the window written as
     the middle of a fill with no prefix and no suffix."""
-    den = load_model(model_dir).denoiser
     out = []
     for ids in texts:
         state = den.encode(Prompt(prefix=(), suffix=()))
-        _, logits = den.extend(state, ids)  # type: ignore[attr-defined]
+        _, logits = den.extend(state, ids)
         z = np.asarray(logits, dtype=np.float64)
         z -= z.max(axis=-1, keepdims=True)
         out.append(z - np.log(np.exp(z).sum(axis=-1, keepdims=True)))
@@ -62,13 +63,14 @@ def main() -> int:
     p.add_argument("--windows", type=int, default=12)
     p.add_argument("--tokens", type=int, default=256)
     args = p.parse_args()
-    tokenizer = load_model(args.reference).tokenizer
-    texts = windows(tokenizer.encode, args.windows, args.tokens)
-    reference = log_probs(args.reference, texts)
+    loaded = load_model(args.reference)
+    texts = windows(loaded.tokenizer.encode, args.windows, args.tokens)
+    reference = log_probs(loaded.denoiser, texts)
+    del loaded  # one model in memory at a time
     rows = {}
     for model in args.model:
         agree = kl = 0.0
-        for ref, got in zip(reference, log_probs(model, texts), strict=True):
+        for ref, got in zip(reference, log_probs(load_model(model).denoiser, texts), strict=True):
             agree += float((got.argmax(-1) == ref.argmax(-1)).sum())
             kl += float((np.exp(ref) * (ref - got)).sum())
         n = sum(len(t) for t in texts)
