@@ -106,9 +106,11 @@ def did_close(ls: DiffusionServer, params: types.DidCloseTextDocumentParams) -> 
 
 
 def stats(ls: DiffusionServer, *args: object) -> dict[str, object]:
-    """diffusion.stats: engine calls and the model's state (for tests)."""
+    """diffusion.stats: engine calls, answers by source and the model's state (for tests and
+    bench/typing.py)."""
     return {
         "engine_calls": ls.fills.engine_calls,
+        "answers": dict(ls.fills.answers),  # answers given, by source (model, type_through)
         "model_loaded": ls.fills.engine is not None,
         "model": ls.fills.where,  # where fills come from
         "load_error": ls.fills.load_error,

@@ -36,20 +36,17 @@ import copy
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from engine.candidate import Candidate, Shown
-from engine.denoisers.loading import load_model
 from engine.errors import EngineError
 from engine.fill import Engine, FillControl, FillOptions, InfillRequest
-from engine.local.generator import local_engine
-from engine.models.folder import default_model
-from engine.models.table import AUTO as AUTO_BACKEND
-from engine.models.table import NO_QUANTIZATION
-from engine.remote.generator import CHARS_PER_TOKEN, CONTEXT_CHARS, RemoteConfig, remote_engine
+from engine.opener import EngineSource, open_engine
+from engine.remote.generator import CHARS_PER_TOKEN, CONTEXT_CHARS, RemoteConfig
 from engine.spans import Document, Language, Span, fill_holes_jointly, language_for
 from lsp_server.settings import AUTO, LOGPROBS_SWITCH, Settings
 
@@ -62,6 +59,10 @@ DEFAULT_MIN_CONFIDENCE = 0.15
 HELD_LOG_INTERVAL_S = 60.0  # a fill held back is logged at info level at most this often
 
 Drafts = Callable[[int, list[str]], None]
+
+# where an answer came from (FillService.answers, diffusion.stats): a fill the engine ran, or
+# the rest of the suggestion on screen when the user typed its start
+MODEL, TYPE_THROUGH = "model", "type_through"
 
 
 @dataclass
@@ -123,6 +124,7 @@ class FillService:
         self.ready = threading.Event()  # set once the engine has loaded (or failed to)
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diffusion-fill")
         self.engine_calls = 0
+        self.answers: Counter[str] = Counter()  # answers given, by where they came from (ANSWER_SOURCES)
         self.docs: dict[str, OpenDocument] = {}
         self._lock = threading.Lock()
         self.notify: Callable[[str], None] = _log_warning  # tells the user (the server sets DiffusionServer.tell)
@@ -144,7 +146,7 @@ class FillService:
         try:
             if old is not None:
                 old.close()
-            engine, where = _make_engine(settings)
+            opened = open_engine(engine_source(settings), options_from(settings))
         except EngineError as exc:
             self.load_error = str(exc)
             return self.load_error
@@ -152,8 +154,8 @@ class FillService:
             log.exception("the model failed to load")  # a bug's traceback, for the log
             self.load_error = f"the model failed to load: {exc}"
             return self.load_error
-        self.engine, self.load_error, self._last_error, self.where = engine, None, None, where
-        log.info("fills from %s", where)
+        self.engine, self.load_error, self._last_error, self.where = opened.engine, None, None, opened.where
+        log.info("fills from %s", opened.where)
         return None
 
     async def wait_ready(self) -> None:
@@ -252,6 +254,7 @@ class FillService:
         if kind.type_through:
             rest = self.type_through(uri, req.prefix, req.suffix)
             if rest is not None:
+                self.answers[TYPE_THROUGH] += 1
                 return FillAnswer([Candidate(text=rest, token_ids=[], confidence=[])])
         if kind.debounce and self.settings.debounce_ms:
             await asyncio.sleep(self.settings.debounce_ms / 1000)
@@ -266,7 +269,10 @@ class FillService:
         except Exception:  # an engine bug: logged, an empty answer, the server goes on
             log.exception("fill failed for %s", uri)
             return None
-        return None if answer is None or flag.is_set() else answer
+        if answer is None or flag.is_set():
+            return None
+        self.answers[MODEL] += 1
+        return answer
 
     def _run(
         self,
@@ -360,12 +366,11 @@ def _log_warning(message: str) -> None:
     log.warning("%s", message)
 
 
-def _make_engine(settings: Settings) -> tuple[Engine, str]:
-    """The engine the settings name (a remote endpoint, or a model directory) and where
-    its fills come from, for the log."""
-    options = options_from(settings)
+def engine_source(settings: Settings) -> EngineSource:
+    """Where the settings say fills come from (engine.opener: the policy)."""
+    remote = None
     if settings.endpoint:
-        config = RemoteConfig(
+        remote = RemoteConfig(
             endpoint=settings.endpoint,
             dialect=settings.dialect,  # type: ignore[arg-type]
             model=settings.remote_model,
@@ -376,30 +381,11 @@ def _make_engine(settings: Settings) -> tuple[Engine, str]:
             verify_tls=settings.tls_verify,
             context_chars=settings.context_tokens * CHARS_PER_TOKEN if settings.context_tokens else CONTEXT_CHARS,
         )
-        return remote_engine(config, options), f"{settings.endpoint} ({settings.dialect})"
-    path, why = _model_path(settings)
-    try:
-        model = load_model(path, settings.backend, settings.device, settings.quantization)
-    except EngineError as exc:
-        if not why:  # the model the user named: its error is theirs to see
-            raise
-        # a model the folder offered that no longer loads here: the shipped one instead
-        log.warning("%s did not load (%s); using the shipped model", path, exc)
-        model, why = load_model(None, settings.backend, settings.device, settings.quantization), ""
-    return local_engine(model, options), f"{model.path} ({model.backend} backend{why})"
-
-
-def _model_path(settings: Settings) -> tuple[Path | None, str]:
-    """(the model directory, why it was chosen): the `model` setting; left empty (with the
-    backend and quantization at their defaults), the largest model in the models folder
-    measured on this machine within the deadline (`diffusion-infill models`), else the
-    shipped model (None)."""
-    if settings.model:
-        return Path(settings.model), ""
-    if settings.backend != AUTO_BACKEND or settings.quantization != NO_QUANTIZATION:
-        return None, ""
-    chosen = default_model(settings.deadline_ms, settings.device)
-    if chosen is None or chosen.timing is None:
-        return None, ""
-    ms = chosen.timing.keystroke_p50_ms
-    return chosen.path, f"; the models folder's best here: {ms:.0f} ms a keystroke, within {settings.deadline_ms} ms"
+    return EngineSource(
+        model=Path(settings.model) if settings.model else None,
+        backend=settings.backend,
+        device=settings.device,
+        quantization=settings.quantization,
+        deadline_ms=settings.deadline_ms,
+        remote=remote,
+    )

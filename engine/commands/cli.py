@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 from engine.decoding import STRATEGIES, SamplerConfig
-from engine.denoisers.loading import load_model
 from engine.errors import EngineError, InputError
 from engine.models.directory import DEFAULT_MODEL_DIR
 from engine.models.folder import DEFAULT_DEADLINE_MS
@@ -103,12 +102,21 @@ def options_from_args(args: argparse.Namespace) -> Any:
     )
 
 
-def engine_from_args(args: argparse.Namespace) -> Any:
-    """The engine on the model, backend and device the arguments name, with their options."""
-    from engine.local.generator import local_engine
+def engine_source(args: argparse.Namespace) -> Any:
+    """Where the arguments say fills come from (engine.opener: the same policy as the
+    language server's: --model, else the models folder's best here, else the shipped model)."""
+    from engine.opener import EngineSource
 
-    model = load_model(args.model, backend=args.backend, device=args.device, quantization=args.quantization)
-    return local_engine(model, options_from_args(args))
+    return EngineSource(model=args.model, backend=args.backend, device=args.device, quantization=args.quantization)
+
+
+def engine_from_args(args: argparse.Namespace) -> Any:
+    """The engine the arguments name (`engine_source`), with their options."""
+    from engine.opener import open_engine
+
+    opened = open_engine(engine_source(args), options_from_args(args))
+    log.info("fills from %s", opened.where)
+    return opened.engine
 
 
 def _request(args: argparse.Namespace, prefix: str, suffix: str, language: str | None) -> Any:
@@ -252,11 +260,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     fs = logging.getLogger("fill_server")
     fs.handlers, fs.propagate = list(logging.getLogger("engine").handlers), False
     fs.setLevel(logging.DEBUG if args.verbose else logging.INFO)
-    shipped = args.model.resolve() == DEFAULT_MODEL_DIR.resolve()
+    from engine.opener import model_choice
+
+    path, _ = model_choice(engine_source(args))
+    shipped = path is None or path.resolve() == DEFAULT_MODEL_DIR.resolve()
     config = ServeConfig(
         host=args.host,
         port=args.port,
-        model_name=args.served_model_name or ("diffusion-lsp" if shipped else args.model.name),
+        model_name=args.served_model_name or ("diffusion-lsp" if shipped or path is None else path.name),
         api_key_env=args.api_key_env,
         insecure_no_key=args.insecure_no_key,
         queue_size=args.queue_size,
@@ -354,7 +365,10 @@ def _add_serve(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--model", type=Path, default=DEFAULT_MODEL_DIR, help="model directory (default: the shipped model)"
+        "--model",
+        type=Path,
+        help="model directory (default: the models folder's best model measured on this machine, "
+        "as the language server picks it, else the shipped model)",
     )
     common.add_argument("--backend", choices=BACKENDS, default="auto")
     common.add_argument("--device", type=_device, default="cpu", help="cpu, cuda, cuda:N or mps (Apple's GPU)")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from engine.denoisers.loading import load_model
 from engine.errors import InputError
-from engine.models.directory import read_config
+from engine.models.directory import DEFAULT_MODEL_DIR, read_config
 from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES, DREAM_MODEL_TYPES
 
 
@@ -66,15 +66,16 @@ def cmd_export(args: argparse.Namespace) -> int:
         from engine.training.export_lm import export_lm
     except ImportError as exc:
         raise InputError(f"export needs torch: pip install 'diffusion-lsp[torch]' ({exc})") from exc
-    if read_config(args.model).get("model_type") in (*DREAM_MODEL_TYPES, *AUTOREGRESSIVE_MODEL_TYPES):
+    model = args.model or DEFAULT_MODEL_DIR  # export works on a directory: no --model is the shipped one
+    if read_config(model).get("model_type") in (*DREAM_MODEL_TYPES, *AUTOREGRESSIVE_MODEL_TYPES):
         if args.out is None:
             raise InputError(
                 "export-onnx of a Qwen2, Llama or Dream checkpoint writes a new model directory: give --out"
             )
-        export_lm(args.model, args.out, args.quantize)
+        export_lm(model, args.out, args.quantize)
         sys.stdout.write(f"{args.out}\n")
         return 0
-    loaded = load_model(args.model, backend="torch")
+    loaded = load_model(model, backend="torch")
     out = args.out or loaded.path
     # graphs next to the weights read them from the safetensors file; elsewhere they embed a copy
     weights = loaded.path / "model.safetensors" if Path(out).resolve() == loaded.path.resolve() else None

@@ -6,7 +6,7 @@ depend on what the shipped weights happen to write.
 
 runs `lsp_server`'s own main (real pygls over stdio, real settings, engine, sampler,
 spans and syntax validation), with one thing replaced: the model loader the fill service
-calls (`lsp_server.service.load_model`). The model it loads has the real tokenizer and
+calls (`engine.opener.load_model`). The model it loads has the real tokenizer and
 config.json of the model directory (the shipped one unless the settings name another;
 a directory that does not exist fails to load as it would for real), and a
 `ScriptedDenoiser` whose logits are peaked on the tokens of a chosen fill, then
@@ -223,10 +223,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     raw = json.loads(args.script.read_text(encoding="utf-8") if args.script else args.script_json)
     script = Script.parse(raw)
 
-    import lsp_server.service
+    import engine.opener
     from lsp_server.__main__ import main as server_main
 
-    lsp_server.service.load_model = scripted_loader(script)
+    engine.opener.load_model = scripted_loader(script)
     return server_main(rest)
 
 
