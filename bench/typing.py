@@ -250,7 +250,9 @@ class Session:
         self.client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=msg_id))
 
 
-async def retype(session: Session, case: Case, pace_s: float | None, pause_s: float, pause_after: str) -> Tally:
+async def retype(
+    session: Session, case: Case, pace_s: float | None, pause_s: float, pause_after: str, trace: Any = None
+) -> Tally:
     """The typist retypes `case`'s region at the pace (`pace_s` a key), or waiting for every
     answer (`pace_s` None)."""
     region, tally = case.region, Tally(chars=len(case.region))
@@ -278,6 +280,10 @@ async def retype(session: Session, case: Case, pace_s: float | None, pause_s: fl
             n = word_prefix(on_screen.text, todo)
             covered[i : i + n] = [True] * n
         accept = on_screen is not None and on_screen.text and todo.startswith(on_screen.text)
+        if trace is not None and on_screen is not None and on_screen.text:
+            row = {"case": case.name, "at": i, "source": on_screen.source, "ms": round(on_screen.latency_ms)}
+            row.update(shown=on_screen.text, todo=todo[: len(on_screen.text) + 10], tab=bool(accept))
+            trace.write(json.dumps(row) + "\n")
         if accept:
             assert on_screen is not None
             inserted = on_screen.text
@@ -369,13 +375,16 @@ async def run(
         await asyncio.sleep(0.2)
     loaded_s = time.perf_counter() - t0
     per_case, total = {}, Tally()
+    name = f"{args.trace}.{'pace' if pace else 'wait'}{'.remote' if remote else ''}.jsonl"
+    trace = open(name, "w") if args.trace else None  # noqa: SIM115 (closed after the cases)
     for case in cases:
-        tally = await retype(
-            session, case, args.pace_ms / 1000 if pace else None, args.pause_ms / 1000, args.pause_after
-        )
+        pace_s = args.pace_ms / 1000 if pace else None
+        tally = await retype(session, case, pace_s, args.pause_ms / 1000, args.pause_after, trace)
         per_case[case.name] = {"language": case.language, **tally.report()}
         total.add(tally)
         print(f"{case.name}: {per_case[case.name]['saved']}", file=sys.stderr)
+    if trace is not None:
+        trace.close()
     stats = await session.stats()
     rss = _peak_rss_mb(client)
     await client.shutdown_session()
@@ -425,6 +434,7 @@ def main() -> int:
     p.add_argument("--pace-ms", type=float, default=120.0, help="time between keys")
     p.add_argument("--pause-ms", type=float, default=600.0, help="time after a newline and after --pause-after")
     p.add_argument("--pause-after", default=PAUSE_AFTER)
+    p.add_argument("--trace", help="write each suggestion shown to TRACE.<run>.jsonl (what was shown, what came next)")
     p.add_argument("--settings", type=json.loads, default={}, help="diffusionLsp settings (JSON) for both runs")
     args = p.parse_args()
     cases = load_cases(args.cases, set(args.only.split(",")) if args.only else None)

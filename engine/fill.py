@@ -40,6 +40,7 @@ from engine.models.tokenizer import Tokenizer
 from engine.spans import language_for
 from engine.spans.document import valid_unicode
 from engine.spans.lines import line_start
+from engine.spans.select import WHOLE_LINE_BUDGET
 from engine.syntax import FillPlan, check_candidates, plan_fill
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,7 @@ class InfillRequest:
     check_syntax: bool = True  # with a language that has a grammar: validate and cut candidates
     min_tokens: int | None = None  # None: 1 on a blank line (a line is wanted there), else 0
     retry_candidates: int = 0  # when no candidate is left but blank ones: once more with this many (0: never)
+    one_line: bool = False  # end the fill with its first line, whatever the span allows (ghost text while typing)
 
 
 @dataclass
@@ -243,6 +245,10 @@ class Engine:
 
     def _fill_once(self, req: InfillRequest, control: FillControl, warnings: list[str]) -> InfillResult:
         plan = plan_fill(req.prefix, req.suffix, req.language, req.document, req.region)  # 1
+        if req.one_line and plan is not None and plan.span.multiline:
+            plan = replace(
+                plan, span=replace(plan.span, multiline=False, budget=min(plan.span.budget, WHOLE_LINE_BUDGET))
+            )
         budget = self.budget(req, plan, warnings)  # 2
         job = Job(req, self.options, control, plan, budget, warnings)
         result = self.generator.generate(job)  # 3
@@ -258,6 +264,7 @@ class Engine:
                 plan.document,
                 req.region,
                 plan.span,
+                open_end=req.one_line,
             )
         result.candidates = cands
         for c in cands:

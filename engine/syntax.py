@@ -88,6 +88,7 @@ def check_candidates(
     document: Document | None = None,
     replaced: str = "",
     span: Span | None = None,
+    open_end: bool = False,
 ) -> list[Candidate]:
     """Candidates that keep the file parsing no worse, cut where needed, best first.
 
@@ -96,7 +97,10 @@ def check_candidates(
     the place of (a hole marker, a selection; nothing at a cursor). For Python, whose
     tree-sitter grammar accepts wrong indentation, a fill must also leave the file
     compiling when prefix + replaced + suffix did. `span`: the span planned before
-    sampling (`plan_fill`), else it is selected here.
+    sampling (`plan_fill`), else it is selected here. `open_end`: the fill is the first
+    line of more to come (ghost text while typing, InfillRequest.one_line), so it may end
+    with a block opener (`for x in xs:`, `if (x) {`): such a fill is judged with the block
+    closed (`closed_block`), and kept without the closing.
     """
     lang = language_for(language)
     if not lang.grammar or not candidates:
@@ -107,7 +111,7 @@ def check_candidates(
         return candidates
     if span is None:
         span = select_span(text, len(prefix), lang, doc.tree)
-    judge = _Judge(doc, prefix, suffix, replaced, python=lang.name == "python")
+    judge = _Judge(doc, prefix, suffix, replaced, python=lang.name == "python", open_end=open_end)
     kept = [c for cand in candidates if (c := _checked(tok, judge, cand, span)) is not None]
     return _ranked(kept)
 
@@ -118,14 +122,29 @@ class _Judge:
     around it, when that statement compiled with the replaced text in place (decided once,
     at the first fill that gets that far)."""
 
-    def __init__(self, doc: Document, prefix: str, suffix: str, replaced: str, python: bool) -> None:
+    def __init__(
+        self, doc: Document, prefix: str, suffix: str, replaced: str, python: bool, open_end: bool = False
+    ) -> None:
         self.doc, self.prefix, self.suffix, self.replaced, self.python = doc, prefix, suffix, replaced, python
+        self.open_end = open_end
         self._strict: bool | None = None
         self._before = self._after = ""
 
     def __call__(self, fill: str, cand: Candidate) -> tuple[str, str] | None:
         """(the fill to keep, its status: "ok" or "truncated"), or None: rejected, or cut
-        to nothing from a candidate that was not blank."""
+        to nothing from a candidate that was not blank. With `open_end`, a fill that
+        fails only for the block it opens passes as it is."""
+        got = self._judged(fill, cand)
+        if got is not None and (got[1] == "ok" or not self.open_end):
+            return got
+        closing = closed_block(self.prefix + fill, self.python) if self.open_end else None
+        if closing is not None:
+            closed = self._judged(fill + closing, cand)
+            if closed is not None and closed == (fill + closing, "ok"):
+                return fill, "ok"
+        return got
+
+    def _judged(self, fill: str, cand: Candidate) -> tuple[str, str] | None:
         verdict = validate_fill(self.doc, len(self.prefix), fill)
         if verdict.status == "rejected" or (not verdict.fill.strip() and cand.text.strip()):
             return None
@@ -136,6 +155,20 @@ class _Judge:
         if self._strict and not _python_compiles(self._before + verdict.fill + self._after):
             return None
         return verdict.fill, verdict.status
+
+
+def closed_block(text: str, python: bool) -> str | None:
+    """What closes the block that `text`'s last line opens, at that line's indentation
+    plus one level: a `pass` body after Python's `:`, a `}` after `{`; None when the
+    line opens none."""
+    line = text[text.rfind("\n") + 1 :]
+    code = line.rstrip()
+    indent = line[: len(line) - len(line.lstrip(" \t"))]
+    if python and code.endswith(":"):
+        return "\n" + indent + ("\t" if indent.startswith("\t") else "    ") + "pass"
+    if code.endswith("{"):
+        return "\n" + indent + "}"
+    return None
 
 
 def _checked(tok: Tokenizer | None, judge: _Judge, cand: Candidate, span: Span) -> Candidate | None:

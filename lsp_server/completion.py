@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import unquote, urlsplit
 
 from lsprotocol import types
@@ -46,6 +46,8 @@ async def inline_completion(
     at = cursor(ls, uri, params.position, params.context.selected_completion_info, candidates)
     if at is None:
         return None
+    if not invoked and settings.one_line_while_typing:
+        at = replace(at, request=replace(at.request, one_line=True))
     drafts = _draft_sender(ls, uri, at.doc.version, at.where.position) if settings.drafts else None
     answer = await ls.fills.fill(uri, at.request, INVOKED if invoked else INLINE, drafts)
     return convert.inline_items(answer, at.where) if answer else None

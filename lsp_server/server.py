@@ -98,7 +98,11 @@ async def did_change_configuration(ls: DiffusionServer, params: types.DidChangeC
 
 
 def did_change(ls: DiffusionServer, params: types.DidChangeTextDocumentParams) -> None:
-    ls.fills.cancel(params.text_document.uri)  # the running fill is for old text
+    """pygls has applied the change: the running fill goes on only if the user typed into it."""
+    uri = params.text_document.uri
+    doc = ls.workspace.text_documents.get(uri)
+    if doc is not None:
+        ls.fills.edited(uri, doc.source)
 
 
 def did_close(ls: DiffusionServer, params: types.DidCloseTextDocumentParams) -> None:
@@ -110,7 +114,8 @@ def stats(ls: DiffusionServer, *args: object) -> dict[str, object]:
     bench/typing.py)."""
     return {
         "engine_calls": ls.fills.engine_calls,
-        "answers": dict(ls.fills.answers),  # answers given, by source (model, type_through)
+        "answers": dict(ls.fills.answers),  # answers given, by source (lsp_server/reuse.py)
+        "ahead_fills": ls.fills.ahead_fills,  # fills made ahead of the user, apart from engine_calls
         "model_loaded": ls.fills.engine is not None,
         "model": ls.fills.where,  # where fills come from
         "load_error": ls.fills.load_error,

@@ -32,6 +32,7 @@ as far as document URIs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 import threading
@@ -42,12 +43,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from engine.candidate import Candidate, Shown
+from engine.candidate import Candidate
 from engine.errors import EngineError
 from engine.fill import Engine, FillControl, FillOptions, InfillRequest
 from engine.opener import EngineSource, open_engine
 from engine.remote.generator import CHARS_PER_TOKEN, CONTEXT_CHARS, RemoteConfig
 from engine.spans import Document, Language, Span, fill_holes_jointly, language_for
+from lsp_server.reuse import KEPT, MODEL, RECALLED, TYPE_THROUGH, Job, Recall
 from lsp_server.settings import AUTO, LOGPROBS_SWITCH, Settings
 
 log = logging.getLogger(__name__)
@@ -60,18 +62,15 @@ HELD_LOG_INTERVAL_S = 60.0  # a fill held back is logged at info level at most t
 
 Drafts = Callable[[int, list[str]], None]
 
-# where an answer came from (FillService.answers, diffusion.stats): a fill the engine ran, or
-# the rest of the suggestion on screen when the user typed its start
-MODEL, TYPE_THROUGH = "model", "type_through"
-
 
 @dataclass
 class OpenDocument:
     """What the server keeps for one open document."""
 
     tree: Document | None = None  # its syntax tree, reparsed incrementally (FillService.tree)
-    request: threading.Event | None = None  # the cancel flag of its newest request
-    shown: Shown | None = None  # the last suggestion returned, for type-through
+    job: Job | None = None  # the fill running for its newest request (or made ahead), kept while typed into
+    recall: Recall = field(default_factory=Recall)  # its recent fills: type-through, retyping, fills made ahead
+    edits: int = 0  # edits so far: an answer for a text the document has left is dropped
     asked: bool = False  # the user asked for a suggestion (diffusion.suggestNow): the next is Invoked
 
 
@@ -82,8 +81,8 @@ class FillKind:
 
     debounce: bool = False  # wait debounceMs first, and give up if a newer request or an edit came
     timed: bool = True  # the settings' deadline applies (typing); a command the user asked for runs to its end
-    type_through: bool = False  # answer from the last suggestion when the user typed its start (and remember it)
-    supersede: bool = False  # the document's newest request: an edit, a newer one or $/cancelRequest stops it
+    type_through: bool = False  # answer from the document's earlier fills when they still hold (and remember this one)
+    supersede: bool = False  # the document's newest request: a newer one or an edit that disagrees stops its fill
     gated: bool = False  # shown unasked: candidates below the confidence threshold are held back
 
 
@@ -124,7 +123,9 @@ class FillService:
         self.ready = threading.Event()  # set once the engine has loaded (or failed to)
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diffusion-fill")
         self.engine_calls = 0
-        self.answers: Counter[str] = Counter()  # answers given, by where they came from (ANSWER_SOURCES)
+        self.answers: Counter[str] = Counter()  # answers given, by where they came from (reuse: MODEL, KEPT, ...)
+        self.ahead_calls = 0  # fills started ahead of the user (`_ahead`)
+        self.ahead_fills = 0  # ... that reached the engine
         self.docs: dict[str, OpenDocument] = {}
         self._lock = threading.Lock()
         self.notify: Callable[[str], None] = _log_warning  # tells the user (the server sets DiffusionServer.tell)
@@ -185,22 +186,31 @@ class FillService:
         record.tree = tree
         return tree
 
-    def begin(self, uri: str) -> threading.Event:
-        """A new request for `uri`: the older one is cancelled; returns the new one's flag."""
-        flag = threading.Event()
+    def begin(self, uri: str, job: Job) -> None:
+        """`job` is the document's fill now: the one before it is stopped."""
         with self._lock:
             record = self.docs.setdefault(uri, OpenDocument())
-            old, record.request = record.request, flag
-        if old is not None:
-            old.set()
-        return flag
+            old, record.job = record.job, job
+        if old is not None and old is not job:
+            old.flag.set()
 
     def cancel(self, uri: str) -> None:
-        """Stop the newest request for `uri` (at its fill's next denoising step)."""
+        """Stop the document's running fill (at its next denoising step)."""
         with self._lock:
             record = self.docs.get(uri)
-        if record is not None and record.request is not None:
-            record.request.set()
+        if record is not None and record.job is not None:
+            record.job.flag.set()
+
+    def edited(self, uri: str, text: str) -> None:
+        """The document is now `text`: answers for its old text are dropped, and its running
+        fill goes on only if the user typed into it (reuse.Job.edited)."""
+        with self._lock:
+            record = self.docs.get(uri)
+        if record is None:
+            return
+        record.edits += 1
+        if record.job is not None:
+            record.job.edited(text)
 
     def ask(self, uri: str) -> None:
         """The user asked for a suggestion: the document's next inline request is served
@@ -217,25 +227,19 @@ class FillService:
         return asked
 
     def dismiss(self, uri: str) -> None:
-        """The user hid the suggestion: its fill stops and typing does not bring it back."""
+        """The user hid the suggestion: its fill stops, and neither typing its start nor
+        coming back brings it (or any earlier fill) back."""
         self.cancel(uri)
         with self._lock:
             record = self.docs.get(uri)
-            if record is not None:
-                record.shown = None
+        if record is not None:
+            record.recall.clear()
 
     def forget(self, uri: str) -> None:
-        """The document closed: its request stops and its record goes."""
+        """The document closed: its fill stops and its record goes."""
         self.cancel(uri)
         with self._lock:
             self.docs.pop(uri, None)
-
-    def type_through(self, uri: str, prefix: str, suffix: str) -> str | None:
-        """The rest of the last suggestion when the user typed its start, else None
-        (engine.candidate.Shown.rest_after, the rule the engine's warm start follows)."""
-        record = self.docs.get(uri)
-        shown = record.shown if record is not None else None
-        return shown.rest_after(prefix, suffix) if shown is not None else None
 
     # -- the one fill entry
     async def fill(
@@ -249,44 +253,113 @@ class FillService:
         """The fill `req` asks for, run as `kind` says, or None: superseded, stale, no
         engine, or an engine bug (logged; the server goes on). `holes`: fill these holes of
         `req.prefix` jointly (engine.spans.fill_holes_jointly), each a request like `req`.
-        `on_draft(step, texts)` is called on the worker at each denoising step."""
-        flag = self.begin(uri) if kind.supersede else threading.Event()
-        if kind.type_through:
-            rest = self.type_through(uri, req.prefix, req.suffix)
-            if rest is not None:
-                self.answers[TYPE_THROUGH] += 1
-                return FillAnswer([Candidate(text=rest, token_ids=[], confidence=[])])
-        if kind.debounce and self.settings.debounce_ms:
-            await asyncio.sleep(self.settings.debounce_ms / 1000)
-            if flag.is_set():
-                return None
+        `on_draft(step, texts)` is called on the worker at each denoising step.
+
+        A request that supersedes is answered, in turn, by the document's earlier fills
+        (reuse.Recall), by the fill running for it when the user typed into that
+        (reuse.Job), or by a fill of its own, which stops the one before. Its answer is
+        dropped if the document changed meanwhile; once shown, the next suggestion is made
+        ahead (`_ahead`)."""
+        if not kind.supersede:
+            job = Job.at(req, kind)
+            return await self._run_job(uri, job, holes, on_draft)
+        record = self.document(uri)
+        seen = record.edits
+        answer, source = await self._reused(record, req) if kind.type_through and not holes else (None, MODEL)
+        if answer is None:
+            job = Job.at(req, kind)
+            self.begin(uri, job)
+            if kind.debounce and self.settings.debounce_ms:
+                await asyncio.sleep(self.settings.debounce_ms / 1000)
+                if job.flag.is_set():
+                    return None
+            answer, source = await self._run_job(uri, job, holes, on_draft), MODEL
+        if answer is None or record.edits != seen:
+            return None
+        self.answers[source] += 1
+        if kind.gated and answer.candidates:
+            self._ahead(uri, record, req, answer.candidates[0].text)
+        return answer
+
+    async def _reused(self, record: OpenDocument, req: InfillRequest) -> tuple[FillAnswer | None, str]:
+        """(the answer the document's earlier fills give, or its running fill once it ends
+        when the user typed into it, and where it came from); None: a fill of its own is
+        needed."""
+        single = req.candidates == 1
+        for attempt in (RECALLED, KEPT):
+            got = record.recall.answer(req.prefix, req.suffix, same_place=single)
+            if got is not None:
+                text, source = got
+                source = KEPT if attempt == KEPT and source == TYPE_THROUGH else source
+                return FillAnswer([Candidate(text=text, token_ids=[], confidence=[])]), source
+            job = record.job
+            if (
+                attempt == KEPT
+                or not single
+                or job is None
+                or job.future is None
+                or not job.follows(req.prefix, req.suffix)
+            ):
+                return None, MODEL
+            with contextlib.suppress(Exception):  # its failure is its own request's to log
+                await asyncio.shield(job.future)
+        return None, MODEL
+
+    def _ahead(self, uri: str, record: OpenDocument, req: InfillRequest, shown: str) -> None:
+        """The suggestion `shown` is on screen at `req`'s place: fill, in the idle time, as
+        if it had been accepted, so that Tab, Tab finds the next one ready (llama.vim's
+        speculative fill, Cody's hot streak). Not when one is there or running already, or
+        while another fill runs."""
+        if not self.settings.fill_ahead or not shown.strip():
+            return
+        lead = shown
+        if not shown.endswith("\n") and not req.suffix.split("\n", 1)[0].strip():
+            lead += "\n"  # the suggestion ends its line: the user goes on on the next one
+        prefix = req.prefix + lead
+        job = record.job
+        if record.recall.has(prefix, req.suffix):
+            return
+        if job is not None and not job.flag.is_set() and job.future is not None and not job.future.done():
+            return  # the worker is busy with this document's fill (or one ahead already)
+        ahead = Job.at(replace(req, prefix=prefix, document=None, candidates=1), INLINE, lead, len(shown))
+        self.begin(uri, ahead)
+        self.ahead_calls += 1
+        ahead.future = asyncio.wrap_future(self.worker.submit(self._run, uri, ahead, (), None))
+        ahead.future.add_done_callback(lambda f: f.cancelled() or f.exception())  # logged in _run
+
+    async def _run_job(self, uri: str, job: Job, holes: Sequence[Span], on_draft: Drafts | None) -> FillAnswer | None:
+        """Run `job` on the worker and wait for it. A request cancelled ($/cancelRequest)
+        stops waiting; a fill that supersedes goes on (the user may be typing into it,
+        and the next request waits for it), others stop."""
         await self.wait_ready()
+        job.future = asyncio.wrap_future(self.worker.submit(self._run, uri, job, holes, on_draft))
         try:
-            answer = await asyncio.wrap_future(self.worker.submit(self._run, uri, req, kind, holes, flag, on_draft))
-        except asyncio.CancelledError:  # $/cancelRequest: stop this fill (not a newer one) between steps
-            flag.set()
+            answer = await asyncio.shield(job.future)
+        except asyncio.CancelledError:
+            if not job.kind.supersede:
+                job.flag.set()
             raise
         except Exception:  # an engine bug: logged, an empty answer, the server goes on
             log.exception("fill failed for %s", uri)
             return None
-        if answer is None or flag.is_set():
-            return None
-        self.answers[MODEL] += 1
-        return answer
+        return None if answer is None or job.flag.is_set() else answer
 
-    def _run(
-        self,
-        uri: str,
-        req: InfillRequest,
-        kind: FillKind,
-        holes: Sequence[Span],
-        flag: threading.Event,
-        on_draft: Drafts | None,
-    ) -> FillAnswer | None:
-        """On the worker: the fill (or the joint fill of holes), unless superseded first."""
+    def _run(self, uri: str, job: Job, holes: Sequence[Span], on_draft: Drafts | None) -> FillAnswer | None:
+        """On the worker: the fill (or the joint fill of holes), unless superseded first;
+        a fill that may answer while the user types is remembered (reuse.Recall)."""
+        req, kind, flag = job.request, job.kind, job.flag
         if self.engine is None or flag.is_set():
             return None
-        control = FillControl(cancel=flag.is_set if kind.supersede else None, on_draft=on_draft)
+
+        def watch(step: int, texts: list[str]) -> None:
+            if texts:
+                job.wrote(texts[0])
+            if on_draft is not None:
+                on_draft(step, texts)
+
+        control = FillControl(
+            cancel=flag.is_set if kind.supersede else None, on_draft=watch if kind.supersede else on_draft
+        )
         if holes:
 
             def region(prefix: str, suffix: str, refine: str | None, replaced: str) -> str:
@@ -294,15 +367,15 @@ class FillService:
                 return self._once(sub, kind, control).text
 
             return FillAnswer([], holes=fill_holes_jointly(req.prefix, list(holes), region))
-        answer = self._once(req, kind, control)
+        answer = self._once(req, kind, control, ahead=bool(job.lead))
         if kind.type_through and answer.candidates and not flag.is_set():
             with self._lock:
                 record = self.docs.get(uri)
             if record is not None:
-                record.shown = Shown(req.prefix, req.suffix, answer.candidates[0].text)
+                record.recall.remember(*job.remembered(answer.candidates[0].text))
         return answer
 
-    def _once(self, req: InfillRequest, kind: FillKind, control: FillControl) -> FillAnswer:
+    def _once(self, req: InfillRequest, kind: FillKind, control: FillControl, ahead: bool = False) -> FillAnswer:
         """One engine fill, with the settings' deadline when the kind is timed. A request
         with `retry_candidates` (a code action's) is retried inside the engine: its greedy
         fill alone first (the most likely fill is the first candidate anyway, and sampled
@@ -312,9 +385,13 @@ class FillService:
             return FillAnswer([])
         if kind.timed:
             control = replace(control, deadline=time.monotonic() + self.settings.deadline_ms / 1000)
-        self.engine_calls += 1
+        calls = 1
         result = engine.fill(req, control)
-        self.engine_calls += int(result.retried)
+        calls += int(result.retried)
+        if ahead:
+            self.ahead_fills += calls  # made ahead of the user, apart from the fills requests asked for
+        else:
+            self.engine_calls += calls
         self._report(result.error)
         return FillAnswer(self.confident(result.candidates) if kind.gated else result.candidates)
 

@@ -37,6 +37,8 @@ class Settings:
     min_confidence: float | str = "auto"  # Automatic ghost text below this is held back; "auto": the model's
     languages: list[str] = field(default_factory=list)  # empty: all languages
     drafts: bool = False
+    fill_ahead: bool = True  # while a suggestion is shown, fill as if it were accepted (Tab, Tab)
+    one_line_while_typing: bool = True  # ghost text shown unasked is one line; the next comes after Tab
     quantization: str = "none"  # DiffusionGemma checkpoints: "int8" or "4bit" weights
     # a remote engine (docs/remote.md): set `endpoint` and the fills come from it
     endpoint: str | None = None  # http(s) URL of the inference server; None: the local model
@@ -226,6 +228,25 @@ OPTIONS: tuple[Option, ...] = (
             " notifications, which the client shows as faded text at the cursor."
         ),
         client_defaults=(("vscode", True),),
+    ),
+    Option(
+        "one_line_while_typing",
+        "oneLineWhileTyping",
+        "boolean",
+        description=(
+            "Ghost text that comes while you type is one line: it comes sooner, and is more often right to its"
+            " end. The next line is made while it is on screen (`fillAhead`) and shown after Tab. Off: as many"
+            " lines as the place allows. A suggestion you ask for is never cut."
+        ),
+    ),
+    Option(
+        "fill_ahead",
+        "fillAhead",
+        "boolean",
+        description=(
+            "While a suggestion is on screen, make the next one in the idle time, as if it had been accepted,"
+            " so that the suggestion after a Tab is there at once."
+        ),
     ),
     Option(
         "endpoint",

@@ -187,6 +187,19 @@ The server sends its intermediate denoising steps as `diffusion/draft'
 notifications, which the client shows as faded text at the cursor."
   :type 'boolean)
 
+(defcustom diffusion-lsp-one-line-while-typing t
+  "Ghost text that comes while you type is one line: it comes sooner, and
+is more often right to its end.  The next line is made while it is on
+screen (`fillAhead') and shown after Tab.  Off: as many lines as the
+place allows.  A suggestion you ask for is never cut."
+  :type 'boolean)
+
+(defcustom diffusion-lsp-fill-ahead t
+  "While a suggestion is on screen, make the next one in the idle time,
+as if it had been accepted, so that the suggestion after a Tab is
+there at once."
+  :type 'boolean)
+
 (defcustom diffusion-lsp-endpoint nil
   "URL of an inference server that the fills come from.
 A vLLM server, a hosted FIM API or llama-server, over `http://' or
@@ -263,6 +276,8 @@ booleans are always sent."
                  (:minConfidence . ,diffusion-lsp-min-confidence)
                  (:languages . ,(and diffusion-lsp-languages (vconcat diffusion-lsp-languages)))
                  (:drafts . ,(if diffusion-lsp-drafts t :json-false))
+                 (:oneLineWhileTyping . ,(if diffusion-lsp-one-line-while-typing t :json-false))
+                 (:fillAhead . ,(if diffusion-lsp-fill-ahead t :json-false))
                  (:endpoint . ,diffusion-lsp-endpoint)
                  (:dialect . ,diffusion-lsp-dialect)
                  (:remoteModel . ,diffusion-lsp-remote-model)

@@ -43,7 +43,14 @@ async def client(lsp_client: LanguageClient, fake: Engine):  # type: ignore[no-u
         types.InitializeParams(
             capabilities=caps,
             initialization_options={
-                "diffusionLsp": {"endpoint": fake.url, "dialect": "vllm", "remoteModel": "dg", "alternatives": 3}
+                # no fills made ahead: each test reads the last request the endpoint saw
+                "diffusionLsp": {
+                    "endpoint": fake.url,
+                    "dialect": "vllm",
+                    "remoteModel": "dg",
+                    "alternatives": 3,
+                    "fillAhead": False,
+                }
             },
         )
     )
@@ -85,7 +92,8 @@ async def test_other_open_files_go_along_as_repository_context(client: LanguageC
         types.DidOpenTextDocumentParams(types.TextDocumentItem(other, "python", 1, "def helper():\n    return 1\n"))
     )
     fake.reply = choices
-    assert await inline(client, types.InlineCompletionTriggerKind.Automatic) == ["count"]
+    # Invoked: a fresh fill (an Automatic request here would get the earlier fill at this place again)
+    assert await inline(client, types.InlineCompletionTriggerKind.Invoked) == ["count", "sum(items)"]
     # the vllm dialect has no field for them: the prompt holds only this file
     assert "helper" not in fake.seen[-1].body["prompt"]
     client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(other)))
@@ -94,9 +102,9 @@ async def test_other_open_files_go_along_as_repository_context(client: LanguageC
 async def test_a_fault_is_told_once_and_the_server_keeps_serving(client: LanguageClient, fake: Engine) -> None:
     fake.reply = lambda h, b: json_reply(h, 400, {"error": {"message": "model 'dg' does not exist"}})
     before = len(client.messages)
-    for _ in range(3):
-        assert await inline(client, types.InlineCompletionTriggerKind.Automatic) == []
+    for _ in range(3):  # Invoked: each a fresh fill (Automatic ones would get the earlier fill here again)
+        assert await inline(client, types.InlineCompletionTriggerKind.Invoked) == []
     told = [m.message for m in client.messages[before:] if "does not exist" in m.message]
     assert len(told) == 1, told
     fake.reply = choices
-    assert await inline(client, types.InlineCompletionTriggerKind.Automatic) == ["count"]
+    assert await inline(client, types.InlineCompletionTriggerKind.Invoked) == ["count", "sum(items)"]

@@ -21,6 +21,7 @@ SAMPLE = (ROOT / "fixtures" / "code" / "inventory.py").read_text()
 URI = "file:///work/inventory.py"
 BLANK = types.Position(26, 0)  # a blank line between two methods
 COUNT = "    def count(self) -> int:\n        return len(self.items)\n"  # the fill there ...
+COUNT_LINE = COUNT.split("\n")[0]  # ... as ghost text while typing: one line (oneLineWhileTyping)
 SIZE = "    def size(self) -> int:\n        return len(self.items)\n"  # ... and its alternative
 SLOW_URI = "file:///work/slow.py"  # a document whose fill takes long: it holds the worker
 SLOW = '"""The slow document."""\n\n\nx = 1\n'
@@ -151,11 +152,11 @@ async def test_suggest_now_serves_the_next_automatic_request_as_invoked(client: 
     open_copy(client, uri)
     auto = types.InlineCompletionTriggerKind.Automatic
     plain = await inline(client, BLANK, auto, uri)
-    assert plain is not None and [i.insert_text for i in plain.items] == [COUNT]
+    assert plain is not None and [i.insert_text for i in plain.items] == [COUNT_LINE]
     await command(client, "diffusion.suggestNow", uri)
     asked = await inline(client, BLANK, auto, uri)
     assert asked is not None and [i.insert_text for i in asked.items] == [COUNT, SIZE]  # `alternatives`
-    again = await inline(client, BLANK, auto, uri)  # the ask is used up
+    again = await inline(client, BLANK, auto, uri)  # the ask is used up: one suggestion, the one shown here last
     assert again is not None and [i.insert_text for i in again.items] == [COUNT]
     close(client, uri)
 
@@ -165,12 +166,12 @@ async def test_a_dismissed_suggestion_does_not_come_back_by_type_through(client:
     open_copy(client, uri)
     auto = types.InlineCompletionTriggerKind.Automatic
     shown = await inline(client, BLANK, auto, uri)
-    assert shown is not None and shown.items[0].insert_text == COUNT
+    assert shown is not None and shown.items[0].insert_text == COUNT_LINE
     await command(client, "diffusion.dismiss", uri)
     client.text_document_did_change(  # the user types the suggestion's first character
         types.DidChangeTextDocumentParams(
             types.VersionedTextDocumentIdentifier(version=2, uri=uri),
-            [types.TextDocumentContentChangePartial(range=types.Range(BLANK, BLANK), text=COUNT[0])],
+            [types.TextDocumentContentChangePartial(range=types.Range(BLANK, BLANK), text=COUNT_LINE[0])],
         )
     )
     before = await command(client, "diffusion.stats")
@@ -179,7 +180,7 @@ async def test_a_dismissed_suggestion_does_not_come_back_by_type_through(client:
     # the engine was asked (type-through would answer the rest of COUNT without it)
     assert isinstance(before, dict) and isinstance(after, dict)
     assert after["engine_calls"] == before["engine_calls"] + 1
-    assert again is None or COUNT[1:] not in [i.insert_text for i in again.items]
+    assert again is None or COUNT_LINE[1:] not in [i.insert_text for i in again.items]
     close(client, uri)
 
 

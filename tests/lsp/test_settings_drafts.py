@@ -130,6 +130,8 @@ async def test_drafts_are_sent_while_a_fill_denoises(client: LanguageClient) -> 
 
 
 async def test_automatic_requests_are_debounced_and_only_the_latest_runs(client: LanguageClient) -> None:
+    # the fills the tests before made here are forgotten: an Automatic request would get them again
+    await client.workspace_execute_command_async(types.ExecuteCommandParams("diffusion.dismiss", [URI]))
     before = await stats(client)
     pos = BLANK
     automatic = types.InlineCompletionTriggerKind.Automatic
@@ -139,7 +141,8 @@ async def test_automatic_requests_are_debounced_and_only_the_latest_runs(client:
     results = await asyncio.gather(first, second)
     after = await stats(client)
     assert results[0] is None  # superseded while it waited
-    assert results[1] is not None and [i.insert_text for i in results[1].items] == [COUNT]
+    # while typing, ghost text is one line (oneLineWhileTyping)
+    assert results[1] is not None and [i.insert_text for i in results[1].items] == [COUNT.split("\n")[0]]
     assert after["engine_calls"] - before["engine_calls"] == 1
 
 

@@ -22,6 +22,8 @@ const SERVER_KEYS = [
   "minConfidence",
   "languages",
   "drafts",
+  "oneLineWhileTyping",
+  "fillAhead",
   "endpoint",
   "dialect",
   "remoteModel",

@@ -1,0 +1,163 @@
+"""What a document's earlier fills still give while the developer types: the fills it has
+seen (`Recall`) and the fill running for it (`Job`).
+
+One rule decides both, `engine.candidate.Shown.rest_after`'s: a fill made at a place
+(prefix, suffix) still answers once the user has typed a start of it there (the suffix the
+same, the prefix grown by that start); what it answers is the rest.
+
+- `Recall`: the last RECALL_SIZE fills answered in a document, newest first. A request
+  whose text extends one of them by a start of its fill is answered with the rest
+  (type-through); one at exactly the place of an earlier fill gets that fill again
+  (backspace and retyping); one where the suggestion on screen was accepted gets the fill
+  made ahead for that moment.
+- `Job`: the fill running for a document. It is kept while the user types into it: while
+  the text typed since its place agrees with what it has written so far; an edit that
+  disagrees stops it. A job made ahead (`lead`: the suggestion on screen, as if accepted)
+  is also kept while the user types through that suggestion towards its place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.candidate import Shown
+from engine.fill import InfillRequest
+
+RECALL_SIZE = 16  # fills a document remembers (llama.vim keeps 250 over all files; a document needs few)
+
+# where an answer came from (diffusion.stats' `answers`)
+MODEL = "model"  # a fill run for this request
+KEPT = "kept"  # the fill that was running when the request came, which the user had typed into
+TYPE_THROUGH = "type_through"  # the rest of an earlier fill whose start the user typed
+RECALLED = "recalled"  # an earlier fill at exactly this place
+AHEAD = "ahead"  # a fill made ahead, as if the suggestion on screen had been accepted (it was)
+
+
+@dataclass(frozen=True)
+class Remembered:
+    """A fill at its place. One made ahead is kept from the place of the suggestion it
+    follows: `shown.text` is that suggestion (`after` characters), the line break the user
+    is expected to type after it (the two: `lead` characters), and the fill."""
+
+    shown: Shown
+    after: int = 0
+    lead: int = 0
+
+    @property
+    def place(self) -> str:
+        """The prefix where the fill itself was made."""
+        return self.shown.prefix + self.shown.text[: self.lead]
+
+
+class Recall:
+    """A document's recent fills, newest first."""
+
+    def __init__(self, size: int = RECALL_SIZE) -> None:
+        self.size = size
+        self._fills: list[Remembered] = []
+        self._lock = threading.Lock()
+
+    def remember(self, shown: Shown, after: int = 0, lead: int = 0) -> None:
+        """Keep a fill answered at its place, or made ahead (`Remembered`); a newer one
+        made at the same place replaces it."""
+        new = Remembered(shown, after, max(lead, after))
+        if not shown.text[new.lead :].strip():
+            return
+        with self._lock:
+            kept = [r for r in self._fills if (r.place, r.shown.suffix) != (new.place, shown.suffix)]
+            self._fills = [new, *kept][: self.size]
+
+    def answer(self, prefix: str, suffix: str, same_place: bool = True) -> tuple[str, str] | None:
+        """(the text, where it came from) that an earlier fill gives at (prefix, suffix), or
+        None: the rest of one whose start the user typed, or one at exactly this place when
+        `same_place` (a request for one candidate; one for alternatives wants a fresh fill).
+        A fill made ahead answers once its suggestion is accepted or typed through."""
+        with self._lock:
+            fills = list(self._fills)
+        for r in fills:
+            s = r.shown
+            if suffix != s.suffix or not prefix.startswith(s.prefix):
+                continue
+            typed = prefix[len(s.prefix) :]
+            if len(typed) >= len(s.text) or not s.text.startswith(typed) or len(typed) < r.after:
+                continue
+            if r.after:
+                return s.text[len(typed) :], AHEAD if len(typed) == r.after else TYPE_THROUGH
+            if typed:
+                return s.text[len(typed) :], TYPE_THROUGH
+            if same_place:
+                return s.text, RECALLED
+        return None
+
+    def has(self, prefix: str, suffix: str) -> bool:
+        """Whether a fill made at exactly this place is remembered."""
+        with self._lock:
+            return any(r.place == prefix and r.shown.suffix == suffix for r in self._fills)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._fills = []
+
+
+@dataclass
+class Job:
+    """A fill running for a document: its request, its cancel flag, and what it has
+    written so far (`written`, the first candidate's text at its last step). A job made
+    ahead has a `lead`: it fills at `base` + `lead`, as if the suggestion on screen at
+    `base` had been accepted (and the line it ends, ended)."""
+
+    request: InfillRequest
+    flag: threading.Event = field(default_factory=threading.Event)
+    base: str = ""  # the prefix the user's typing is measured from (the request's own, without a lead)
+    lead: str = ""  # the suggestion this fill is made after, and the line break expected after it
+    after: int = 0  # the suggestion's length in `lead`
+    kind: Any = None  # the service's FillKind it runs as
+    future: asyncio.Future[Any] | None = None  # its result, once it runs on the worker
+    written: str = ""
+    typed: str | None = ""  # what the user has typed since `base`, at the last edit (None: left its place)
+
+    @classmethod
+    def at(cls, request: InfillRequest, kind: Any, lead: str = "", after: int = 0) -> Job:
+        base = request.prefix[: len(request.prefix) - len(lead)] if lead else request.prefix
+        return cls(request=request, base=base, lead=lead, after=after, kind=kind)
+
+    def remembered(self, text: str) -> tuple[Shown, int, int]:
+        """What `Recall.remember` keeps of this job's fill `text`."""
+        return Shown(self.base, self.request.suffix, self.lead + text), self.after, len(self.lead)
+
+    def typed_at(self, prefix: str, suffix: str) -> str | None:
+        """What the user typed since the job's base to reach (prefix, suffix), or None
+        when that text is not a continuation of it."""
+        if suffix != self.request.suffix or not prefix.startswith(self.base):
+            return None
+        return prefix[len(self.base) :]
+
+    def agrees(self, typed: str | None) -> bool:
+        """Whether typing `typed` since the base keeps this job worth running: it is a
+        start of the lead and what the fill has written so far, or goes on from them
+        where the fill has not written yet."""
+        if typed is None:
+            return False
+        ahead = self.lead + self.written
+        return ahead.startswith(typed) or (typed.startswith(ahead) and typed.startswith(self.lead))
+
+    def follows(self, prefix: str, suffix: str) -> bool:
+        """Whether this job still runs and a request at (prefix, suffix) may wait for it."""
+        return not self.flag.is_set() and self.future is not None and self.agrees(self.typed_at(prefix, suffix))
+
+    def edited(self, text: str) -> None:
+        """The document is now `text`: stop the job if the user's typing disagrees with it."""
+        suffix = self.request.suffix
+        cut = len(text) - len(suffix)
+        self.typed = self.typed_at(text[:cut], text[cut:]) if cut >= len(self.base) else None
+        if not self.agrees(self.typed):
+            self.flag.set()
+
+    def wrote(self, text: str) -> None:
+        """The fill has written `text` so far: stop it if the user already typed otherwise."""
+        self.written = text
+        if not self.agrees(self.typed):
+            self.flag.set()
