@@ -154,6 +154,27 @@ def trimmed(cand: Candidate, start: int = 0, end: int | None = None, through: bo
     )
 
 
+def confident_head(cand: Candidate, threshold: float) -> Candidate | None:
+    """The start of `cand` the model is sure of: its text before the first token whose
+    probability is below `threshold` (end-of-fill counted: a fill that is sure of its text
+    but not of ending there keeps its text), scored again over what is kept; the whole
+    candidate when it has no such token (or no confidence at all); None when nothing but
+    blanks is left, or it has no per-token values to cut by (a remote engine's tokens
+    without their texts)."""
+    values, texts = cand.token_logprobs, cand.token_texts
+    if cand.score is None or cand.score >= threshold:
+        return cand
+    if values is None or texts is None:
+        return None
+    floor = math.log(threshold) if threshold > 0 else -math.inf
+    k = next((i for i, v in enumerate(values) if v < floor), len(values))
+    end = sum(len(t) for t in texts[:k])
+    head = trimmed(cand, end=end)
+    if not head.text.strip():
+        return None
+    return scored(head, head.token_logprobs or []) if end < len(cand.text) else cand
+
+
 def rewritten(cand: Candidate, text: str, tok: Codec | None) -> Candidate:
     """`cand` with `text` in place of its text: cut (`trimmed`, its tokens spelled first
     where they were not) when it is a start of it, else written anew (re-indented, a line

@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from engine.candidate import Candidate
+from engine.candidate import Candidate, confident_head
 from engine.errors import EngineError
 from engine.fill import Engine, FillControl, FillOptions, InfillRequest
 from engine.opener import EngineSource, open_engine
@@ -407,10 +407,14 @@ class FillService:
 
     def confident(self, candidates: list[Candidate]) -> list[Candidate]:
         """The candidates whose confidence reaches the threshold for their number of lines
-        (all of them at 0; a candidate without a confidence is kept); a fill held back is
-        logged."""
+        (all of them at 0; a candidate without a confidence is kept); with `endWhereUnsure`,
+        the others cut before their first token below it (engine.candidate.confident_head);
+        a fill held back is logged."""
         thresholds = [self.min_confidence(len(c.text.strip().splitlines()) > 1) for c in candidates]
         kept = [c for c, t in zip(candidates, thresholds, strict=True) if t <= 0 or c.score is None or c.score >= t]
+        if self.settings.end_where_unsure and len(kept) < len(candidates):
+            heads = (c if t <= 0 else confident_head(c, t) for c, t in zip(candidates, thresholds, strict=True))
+            kept = [h for h in heads if h is not None]
         if candidates and not kept:
             best = max(c.score or 0.0 for c in candidates)
             threshold = thresholds[0]

@@ -39,6 +39,7 @@ class Settings:
     drafts: bool = False
     fill_ahead: bool = True  # while a suggestion is shown, fill as if it were accepted (Tab, Tab)
     one_line_while_typing: bool = True  # ghost text shown unasked is one line; the next comes after Tab
+    end_where_unsure: bool = True  # ghost text shown unasked ends before its first token below minConfidence
     quantization: str = "none"  # DiffusionGemma checkpoints: "int8" or "4bit" weights
     # a remote engine (docs/remote.md): set `endpoint` and the fills come from it
     endpoint: str | None = None  # http(s) URL of the inference server; None: the local model
@@ -237,6 +238,15 @@ OPTIONS: tuple[Option, ...] = (
             "Ghost text that comes while you type is one line: it comes sooner, and is more often right to its"
             " end. The next line is made while it is on screen (`fillAhead`) and shown after Tab. Off: as many"
             " lines as the place allows. A suggestion you ask for is never cut."
+        ),
+    ),
+    Option(
+        "end_where_unsure",
+        "endWhereUnsure",
+        "boolean",
+        description=(
+            "Ghost text that comes while you type ends before its first token whose probability is below"
+            " `minConfidence`, instead of being held back whole: what you see is what the model is sure of."
         ),
     ),
     Option(

@@ -194,6 +194,12 @@ screen (`fillAhead') and shown after Tab.  Off: as many lines as the
 place allows.  A suggestion you ask for is never cut."
   :type 'boolean)
 
+(defcustom diffusion-lsp-end-where-unsure t
+  "Ghost text that comes while you type ends before its first token whose
+probability is below `minConfidence', instead of being held back
+whole: what you see is what the model is sure of."
+  :type 'boolean)
+
 (defcustom diffusion-lsp-fill-ahead t
   "While a suggestion is on screen, make the next one in the idle time,
 as if it had been accepted, so that the suggestion after a Tab is
@@ -277,6 +283,7 @@ booleans are always sent."
                  (:languages . ,(and diffusion-lsp-languages (vconcat diffusion-lsp-languages)))
                  (:drafts . ,(if diffusion-lsp-drafts t :json-false))
                  (:oneLineWhileTyping . ,(if diffusion-lsp-one-line-while-typing t :json-false))
+                 (:endWhereUnsure . ,(if diffusion-lsp-end-where-unsure t :json-false))
                  (:fillAhead . ,(if diffusion-lsp-fill-ahead t :json-false))
                  (:endpoint . ,diffusion-lsp-endpoint)
                  (:dialect . ,diffusion-lsp-dialect)

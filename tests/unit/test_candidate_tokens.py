@@ -5,7 +5,9 @@ a stop string's cut; and its confidence stays that of the fill as the model wrot
 
 from __future__ import annotations
 
-from engine.candidate import Candidate, rewritten, scored, spelled, trimmed
+import math
+
+from engine.candidate import Candidate, confident_head, rewritten, scored, spelled, trimmed
 from engine.fill import Engine, InfillRequest
 from tests.unit.writes import TOK, Writes, written
 
@@ -89,3 +91,18 @@ def test_without_token_texts_a_cut_keeps_no_values_and_a_dropped_start_keeps_the
     assert trimmed(remote, start=4).token_logprobs == [-0.1, -0.2, -0.3]
     assert rewritten(remote, "        return x", None).token_logprobs is None
     assert rewritten(remote, "    return", None).score == remote.score
+
+
+def test_the_confident_head_ends_before_the_first_unsure_token() -> None:
+    texts = ["return", " w", " *", " h", "2"]
+    probs = [0.9, 0.8, 0.7, 0.1, 0.6]
+    cand = scored(Candidate("".join(texts), [1, 2, 3, 4, 5], probs, token_texts=texts), [math.log(p) for p in probs])
+    head = confident_head(cand, 0.5)
+    assert head is not None and head.text == "return w *" and head.token_ids == [1, 2, 3]
+    assert head.score is not None and abs(head.score - 0.7) < 1e-6  # scored again over what is kept
+    assert confident_head(cand, 0.05) is cand  # sure of every token: all of it
+    assert confident_head(cand, 0.95) is None  # not even its first token
+    sure_text = scored(Candidate("x = 1", [1], [0.9], token_texts=["x = 1"]), [math.log(0.9), math.log(0.2)])
+    assert confident_head(sure_text, 0.5) is sure_text  # unsure only of ending there: the text stands
+    no_texts = scored(Candidate("x = 1", [1], [0.9]), [math.log(0.2)])
+    assert confident_head(no_texts, 0.5) is None  # nothing to cut by: held back, as before

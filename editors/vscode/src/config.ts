@@ -23,6 +23,7 @@ const SERVER_KEYS = [
   "languages",
   "drafts",
   "oneLineWhileTyping",
+  "endWhereUnsure",
   "fillAhead",
   "endpoint",
   "dialect",
