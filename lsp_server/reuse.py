@@ -45,6 +45,7 @@ class Remembered:
     shown: Shown
     after: int = 0
     lead: int = 0
+    shape: tuple[bool, ...] = ()  # what kind of request it was made for (Job.shape): at its place it answers only such
 
     @property
     def place(self) -> str:
@@ -60,21 +61,23 @@ class Recall:
         self._fills: list[Remembered] = []
         self._lock = threading.Lock()
 
-    def remember(self, shown: Shown, after: int = 0, lead: int = 0) -> None:
+    def remember(self, shown: Shown, after: int = 0, lead: int = 0, shape: tuple[bool, ...] = ()) -> None:
         """Keep a fill answered at its place, or made ahead (`Remembered`); a newer one
         made at the same place replaces it."""
-        new = Remembered(shown, after, max(lead, after))
+        new = Remembered(shown, after, max(lead, after), shape)
         if not shown.text[new.lead :].strip():
             return
         with self._lock:
             kept = [r for r in self._fills if (r.place, r.shown.suffix) != (new.place, shown.suffix)]
             self._fills = [new, *kept][: self.size]
 
-    def answer(self, prefix: str, suffix: str, same_place: bool = True) -> tuple[str, str] | None:
+    def answer(self, prefix: str, suffix: str, shape: tuple[bool, ...] | None = ()) -> tuple[str, str] | None:
         """(the text, where it came from) that an earlier fill gives at (prefix, suffix), or
-        None: the rest of one whose start the user typed, or one at exactly this place when
-        `same_place` (a request for one candidate; one for alternatives wants a fresh fill).
-        A fill made ahead answers once its suggestion is accepted or typed through."""
+        None: the rest of one whose start the user typed, or one made at exactly this place
+        for a request of this `shape` (None: none; a request for alternatives wants a fresh
+        fill, and ghost text shown unasked is not a fill that was asked for, nor one line a
+        whole fill). A fill made ahead answers once its suggestion is accepted or typed
+        through."""
         with self._lock:
             fills = list(self._fills)
         for r in fills:
@@ -88,7 +91,7 @@ class Recall:
                 return s.text[len(typed) :], AHEAD if len(typed) == r.after else TYPE_THROUGH
             if typed:
                 return s.text[len(typed) :], TYPE_THROUGH
-            if same_place:
+            if shape is not None and r.shape == shape:
                 return s.text, RECALLED
         return None
 
@@ -124,9 +127,14 @@ class Job:
         base = request.prefix[: len(request.prefix) - len(lead)] if lead else request.prefix
         return cls(request=request, base=base, lead=lead, after=after, kind=kind)
 
-    def remembered(self, text: str) -> tuple[Shown, int, int]:
+    @property
+    def shape(self) -> tuple[bool, ...]:
+        """What kind of request this fill answers: shown unasked (held to minConfidence), one line."""
+        return (bool(getattr(self.kind, "gated", False)), self.request.one_line)
+
+    def remembered(self, text: str) -> tuple[Shown, int, int, tuple[bool, ...]]:
         """What `Recall.remember` keeps of this job's fill `text`."""
-        return Shown(self.base, self.request.suffix, self.lead + text), self.after, len(self.lead)
+        return Shown(self.base, self.request.suffix, self.lead + text), self.after, len(self.lead), self.shape
 
     def typed_at(self, prefix: str, suffix: str) -> str | None:
         """What the user typed since the job's base to reach (prefix, suffix), or None

@@ -265,7 +265,7 @@ class FillService:
             return await self._run_job(uri, job, holes, on_draft)
         record = self.document(uri)
         seen = record.edits
-        answer, source = await self._reused(record, req) if kind.type_through and not holes else (None, MODEL)
+        answer, source = await self._reused(record, req, kind) if kind.type_through and not holes else (None, MODEL)
         if answer is None:
             job = Job.at(req, kind)
             self.begin(uri, job)
@@ -281,13 +281,14 @@ class FillService:
             self._ahead(uri, record, req, answer.candidates[0].text)
         return answer
 
-    async def _reused(self, record: OpenDocument, req: InfillRequest) -> tuple[FillAnswer | None, str]:
+    async def _reused(self, record: OpenDocument, req: InfillRequest, kind: FillKind) -> tuple[FillAnswer | None, str]:
         """(the answer the document's earlier fills give, or its running fill once it ends
         when the user typed into it, and where it came from); None: a fill of its own is
         needed."""
         single = req.candidates == 1
+        shape = Job.at(req, kind).shape if single else None
         for attempt in (RECALLED, KEPT):
-            got = record.recall.answer(req.prefix, req.suffix, same_place=single)
+            got = record.recall.answer(req.prefix, req.suffix, shape)
             if got is not None:
                 text, source = got
                 source = KEPT if attempt == KEPT and source == TYPE_THROUGH else source
@@ -297,6 +298,7 @@ class FillService:
                 attempt == KEPT
                 or not single
                 or job is None
+                or job.shape != shape
                 or job.future is None
                 or not job.follows(req.prefix, req.suffix)
             ):

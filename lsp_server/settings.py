@@ -214,9 +214,10 @@ OPTIONS: tuple[Option, ...] = (
         minimum=0,
         maximum=1,
         description=(
-            "Ghost text that comes while you type is shown only when the fill's confidence reaches this. `auto`:"
-            " the model's calibrated threshold (docs/confidence.md); `0` shows every fill. A suggestion you ask"
-            " for is always shown."
+            "Ghost text that comes while you type is shown only as far as the model's confidence reaches this:"
+            " it ends before its first token below it (`endWhereUnsure`; off: a fill below it is held back whole)."
+            " `auto`: the model's calibrated threshold (docs/confidence.md); `0` shows every fill. A suggestion"
+            " you ask for is always shown whole."
         ),
     ),
     Option("languages", "languages", "strings", description="Language ids the server fills; empty: all."),

@@ -169,10 +169,11 @@ An integer in 1..8; nil: the server's default (3)."
   :type '(choice (const :tag "Server default" nil) integer))
 
 (defcustom diffusion-lsp-min-confidence nil
-  "Ghost text that comes while you type is shown only when the fill's
-confidence reaches this.  `auto': the model's calibrated threshold
-\(docs/confidence.md); `0' shows every fill.  A suggestion you ask for
-is always shown.
+  "Ghost text that comes while you type is shown only as far as the
+model's confidence reaches this: it ends before its first token below
+it (`endWhereUnsure'; off: a fill below it is held back whole).
+`auto': the model's calibrated threshold (docs/confidence.md); `0'
+shows every fill.  A suggestion you ask for is always shown whole.
 The string \"auto\" or a number in 0..1; nil: the server's default
 \(\"auto\")."
   :type '(choice (const :tag "Server default" nil) (const "auto") number))

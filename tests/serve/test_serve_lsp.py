@@ -39,7 +39,8 @@ async def client(lsp_client: LanguageClient, served: str):  # type: ignore[no-un
     caps = client_capabilities("neovim")
     if caps.text_document is not None:
         caps.text_document.inline_completion = types.InlineCompletionClientCapabilities()
-    options = {"diffusionLsp": {"endpoint": served, "dialect": "openai-fim", "alternatives": 2}}
+    # no fills made ahead: the tests count the fills serve answered
+    options = {"diffusionLsp": {"endpoint": served, "dialect": "openai-fim", "alternatives": 2, "fillAhead": False}}
     await lsp_client.initialize_session(types.InitializeParams(capabilities=caps, initialization_options=options))
     lsp_client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(URI, "python", 1, TEXT)))
     yield

@@ -17,10 +17,19 @@ def test_recall_answers_the_rest_after_a_typed_start_and_the_whole_fill_at_its_p
     recall.remember(Shown(P, S, "return w * h"))
     assert recall.answer(P + "ret", S) == ("urn w * h", TYPE_THROUGH)
     assert recall.answer(P, S) == ("return w * h", RECALLED)  # backspaced back to its place
-    assert recall.answer(P, S, same_place=False) is None  # alternatives want a fresh fill
+    assert recall.answer(P, S, shape=None) is None  # alternatives want a fresh fill
     assert recall.answer(P + "x", S) is None  # typed something else
     assert recall.answer(P + "return w * h", S) is None  # typed all of it
     assert recall.answer(P + "ret", S + " ") is None  # the suffix changed
+
+
+def test_at_its_place_a_fill_answers_only_the_kind_of_request_it_was_made_for() -> None:
+    asked, typing = (False, False), (True, True)  # Invoked; Automatic (held to minConfidence, one line)
+    recall = Recall()
+    recall.remember(Shown(P, S, "return w * h"), shape=asked)
+    assert recall.answer(P, S, shape=typing) is None  # not shown unasked: it was not held to minConfidence
+    assert recall.answer(P, S, shape=asked) == ("return w * h", RECALLED)  # asked for again: shown again
+    assert recall.answer(P + "ret", S, shape=typing) == ("urn w * h", TYPE_THROUGH)  # typed through: as before
 
 
 def test_recall_keeps_the_newest_fills_and_one_per_place() -> None:
