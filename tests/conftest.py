@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,19 @@ FIXTURE_CODE = ROOT / "fixtures" / "code"
 # the language server's default model comes from the models folder (engine/models/folder.py):
 # the tests, and the servers and editors they start, see an empty one, not the developer's
 os.environ["DIFFUSION_LSP_MODELS"] = tempfile.mkdtemp(prefix="diffusion-lsp-test-models-")
+
+
+@pytest.fixture(autouse=True)
+def _loggers_as_they_were() -> Iterator[None]:
+    """A CLI command run in-process (`main([...])`) sets its loggers up for a terminal: its
+    own stderr handler and no propagation, which would hide later tests' records from
+    caplog. Each test leaves the loggers as it found them."""
+    names = ("engine", "diffusion_infill", "fill_server")
+    saved = {n: (lg.handlers[:], lg.level, lg.propagate) for n in names for lg in [logging.getLogger(n)]}
+    yield
+    for n, (handlers, level, propagate) in saved.items():
+        lg = logging.getLogger(n)
+        lg.handlers, lg.level, lg.propagate = handlers, level, propagate
 
 
 @pytest.fixture(scope="session")

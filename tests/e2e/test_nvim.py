@@ -54,8 +54,10 @@ def apply_edit(text: str, edit: dict[str, Any]) -> str:
 def test_ghost_text_appears_and_tab_accepts_it(tmp_path: Path) -> None:
     # inventory.py line 27: the blank line that ends Inventory.add's body; the shipped model
     # is weak, and its automatic fills are held back at the default minConfidence
-    # (docs/confidence.md): this test is about the client, so every fill is shown
-    run = run_scenario("ghost_text", "code/inventory.py", tmp_path, line=27, col=1, settings={"minConfidence": 0})
+    # (docs/confidence.md): this test is about the client, so every fill is shown, whole (one
+    # line while typing may be a block's first line, which parses only with its body)
+    settings = {"minConfidence": 0, "oneLineWhileTyping": False}
+    run = run_scenario("ghost_text", "code/inventory.py", tmp_path, line=27, col=1, settings=settings)
     r = result_of(run)
     assert r["filetype"] == "python" and r["mode"] == "i"
     served = [q for q in r["requests"] if q["answered"] and q["items"]]
@@ -116,7 +118,11 @@ def test_the_suggest_and_dismiss_keys_use_only_neovims_public_api(tmp_path: Path
         tmp_path,
         line=27,
         col=1,
-        settings={"debounceMs": DEBOUNCE_MS, "deadlineMs": 30000},
+        settings={
+            "debounceMs": DEBOUNCE_MS,
+            "deadlineMs": 30000,
+            "oneLineWhileTyping": False,
+        },  # whole fills: they parse
     )
     r = result_of(run)
     assert r["ghost"]["text"].strip() and r["ghost_ms"] < DEBOUNCE_MS, r
