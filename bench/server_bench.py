@@ -30,9 +30,8 @@ import sysconfig
 import time
 from pathlib import Path
 
+from lsp_bench import peak_rss_mb, start_server
 from lsprotocol import types
-from pytest_lsp import client_capabilities
-from pytest_lsp.client import make_test_lsp_client
 
 URI = "file:///bench/big.py"
 
@@ -59,7 +58,6 @@ async def run(
 ) -> dict[str, object]:
     text = source()
     lines = text.split("\n")
-    client = make_test_lsp_client()
     settings: dict[str, object] = {"contextTokens": context_tokens}
     if deadline_ms:
         settings["deadlineMs"] = deadline_ms
@@ -67,13 +65,7 @@ async def run(
         settings["model"] = model
     settings.update(remote or {})
     t0 = time.perf_counter()
-    await client.start_io(sys.executable, "-m", "lsp_server")
-    caps = client_capabilities("visual_studio_code")
-    assert caps.text_document is not None
-    caps.text_document.inline_completion = types.InlineCompletionClientCapabilities()
-    await client.initialize_session(
-        types.InitializeParams(capabilities=caps, initialization_options={"diffusionLsp": settings})
-    )
+    client = await start_server(settings)
     version = 1
     client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(URI, "python", version, text)))
 
@@ -139,13 +131,7 @@ async def run(
         empty["warm"] += not (again and again.items and str(again.items[0].insert_text))
         undo(line, col)
     stats = await client.workspace_execute_command_async(types.ExecuteCommandParams("diffusion.stats"))
-    rss_mb = None
-    server = getattr(client, "_server", None)
-    pid = getattr(server, "pid", None)
-    if pid:
-        for row in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if row.startswith("VmHWM:"):
-                rss_mb = round(int(row.split()[1]) / 1024, 1)
+    rss_mb = peak_rss_mb(client)
     await client.shutdown_session()
     return {
         "first_completion_s": round(first_s, 2),

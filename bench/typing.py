@@ -52,9 +52,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lsp_bench import peak_rss_mb, start_server
 from lsprotocol import types
-from pytest_lsp import client_capabilities
-from pytest_lsp.client import LanguageClient, make_test_lsp_client
+from pytest_lsp.client import LanguageClient
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ROOT / "fixtures" / "typing" / "cases.json"
@@ -355,19 +355,12 @@ async def run(
     args: argparse.Namespace, cases: list[Case], remote: dict[str, object] | None, pace: bool
 ) -> dict[str, Any]:
     """One server, every case retyped in turn; the report per case and in total."""
-    client = make_test_lsp_client()
     settings: dict[str, object] = dict(args.settings)
     if args.model and not remote:
         settings["model"] = str(args.model)
     settings.update(remote or {})
     t0 = time.perf_counter()
-    await client.start_io(sys.executable, "-m", "lsp_server")
-    caps = client_capabilities("visual_studio_code")
-    assert caps.text_document is not None
-    caps.text_document.inline_completion = types.InlineCompletionClientCapabilities()
-    await client.initialize_session(
-        types.InitializeParams(capabilities=caps, initialization_options={"diffusionLsp": settings})
-    )
+    client = await start_server(settings)
     session = Session(client)
     while not (state := await session.stats()).get("model_loaded"):  # the developer starts once the model is up
         if state.get("load_error"):
@@ -386,7 +379,7 @@ async def run(
     if trace is not None:
         trace.close()
     stats = await session.stats()
-    rss = _peak_rss_mb(client)
+    rss = peak_rss_mb(client)
     await client.shutdown_session()
     return {
         "total": total.report(),
@@ -400,16 +393,6 @@ async def run(
     }
 
 
-def _peak_rss_mb(client: LanguageClient) -> float | None:
-    pid = getattr(getattr(client, "_server", None), "pid", None)
-    if not pid:
-        return None
-    for row in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if row.startswith("VmHWM:"):
-            return round(int(row.split()[1]) / 1024, 1)
-    return None
-
-
 def llama_run(args: argparse.Namespace, cases: list[Case]) -> dict[str, Any]:
     """The paced run with llama.cpp's server on `--llama` behind the same language server."""
     sys.path.insert(0, str(ROOT))
@@ -418,6 +401,18 @@ def llama_run(args: argparse.Namespace, cases: list[Case]) -> dict[str, Any]:
     with llama_server(args.llama, threads=2, ctx=4096) as engine:
         remote = {"endpoint": engine.url, "dialect": "llama-infill"}
         return asyncio.run(run(args, cases, remote, pace=True))
+
+
+def _commit() -> str | None:
+    """The checkout's commit (with `+` when it has changes): what the server ran."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+" if dirty.stdout.strip() else "")
 
 
 def main() -> int:
@@ -441,6 +436,7 @@ def main() -> int:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     report: dict[str, Any] = {
         "when": time.strftime("%Y-%m-%d %H:%M"),
+        "commit": _commit(),
         "cases": len(cases),
         "chars": sum(len(c.region) for c in cases),
         "pace_ms": args.pace_ms,
