@@ -49,7 +49,7 @@ from engine.fill import Engine, FillControl, FillOptions, InfillRequest
 from engine.opener import EngineSource, open_engine
 from engine.remote.generator import CHARS_PER_TOKEN, CONTEXT_CHARS, RemoteConfig
 from engine.spans import Document, Language, Span, fill_holes_jointly, language_for
-from lsp_server.reuse import KEPT, MODEL, RECALLED, TYPE_THROUGH, Job, Recall
+from lsp_server.reuse import KEPT, MODEL, TYPE_THROUGH, Job, Recall
 from lsp_server.settings import AUTO, LOGPROBS_SWITCH, Settings
 
 log = logging.getLogger(__name__)
@@ -287,25 +287,19 @@ class FillService:
         needed."""
         single = req.candidates == 1
         shape = Job.at(req, kind).shape if single else None
-        for attempt in (RECALLED, KEPT):
-            got = record.recall.answer(req.prefix, req.suffix, shape)
-            if got is not None:
-                text, source = got
-                source = KEPT if attempt == KEPT and source == TYPE_THROUGH else source
-                return FillAnswer([Candidate(text=text, token_ids=[], confidence=[])]), source
-            job = record.job
-            if (
-                attempt == KEPT
-                or not single
-                or job is None
-                or job.shape != shape
-                or job.future is None
-                or not job.follows(req.prefix, req.suffix)
-            ):
-                return None, MODEL
+        got = record.recall.answer(req.prefix, req.suffix, shape)
+        job = record.job
+        if got is None and single and job is not None and job.shape == shape and job.follows(req.prefix, req.suffix):
+            assert job.future is not None  # follows: it runs
             with contextlib.suppress(Exception):  # its failure is its own request's to log
                 await asyncio.shield(job.future)
-        return None, MODEL
+            got = record.recall.answer(req.prefix, req.suffix, shape)
+            if got is not None and got[1] == TYPE_THROUGH:
+                got = (got[0], KEPT)  # the rest of the fill that was running when the request came
+        if got is None:
+            return None, MODEL
+        text, source = got
+        return FillAnswer([Candidate(text=text, token_ids=[], confidence=[])]), source
 
     def _ahead(self, uri: str, record: OpenDocument, req: InfillRequest, shown: str) -> None:
         """The suggestion `shown` is on screen at `req`'s place: fill, in the idle time, as
