@@ -10,13 +10,17 @@ as far as document URIs.
   request or an edit made stale.
 - One worker runs fills one at a time (the engine and the machine's cores are shared).
 - One record per open document (`OpenDocument`): its syntax tree (`tree`, reparsed
-  incrementally), the cancel flag of its newest request, and the suggestion last shown;
-  `forget` drops it when it closes.
-- One cancellation mechanism, that flag: a new request (`begin`), an edit, a close or
-  $/cancelRequest sets the previous request's flag; the sampler checks it between
-  denoising steps, a debounced request before it starts, and an answer before it goes out.
-- Type-through: when the text typed since the last suggestion is the start of that
-  suggestion, the rest is the answer at once, with no engine call.
+  incrementally), the fill running for it (`job`, a `reuse.Job`) and its recent fills
+  (`recall`, a `reuse.Recall`); `forget` drops it when it closes.
+- One cancellation mechanism, the job's flag: a new fill for the document (`begin`), an
+  edit that disagrees with what the fill has written (`edited`), a dismissal or a close
+  sets it; the sampler checks it between denoising steps, a debounced request before it
+  starts, and an answer before it goes out. $/cancelRequest answers the request at once
+  and leaves a typing fill running, for the next request to use.
+- Reuse while typing (lsp_server/reuse.py): a request is answered from the document's
+  recent fills (type-through, a fill at this very place, the fill made ahead) or from its
+  running fill before a fill of its own; while a suggestion is on screen the next one is
+  filled ahead (`_ahead`).
 - The engine is an `engine.fill.Engine`, whatever it fills with (the local model or a
   remote server): its options are mapped from the settings here, once per change.
 - What the user must be told (an engine fault, once) goes to `notify`: the server's one
@@ -124,8 +128,7 @@ class FillService:
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diffusion-fill")
         self.engine_calls = 0
         self.answers: Counter[str] = Counter()  # answers given, by where they came from (reuse: MODEL, KEPT, ...)
-        self.ahead_calls = 0  # fills started ahead of the user (`_ahead`)
-        self.ahead_fills = 0  # ... that reached the engine
+        self.ahead_fills = 0  # fills made ahead of the user (`_ahead`), apart from engine_calls
         self.docs: dict[str, OpenDocument] = {}
         self._lock = threading.Lock()
         self.notify: Callable[[str], None] = _log_warning  # tells the user (the server sets DiffusionServer.tell)
@@ -319,7 +322,6 @@ class FillService:
             return  # the worker is busy with this document's fill (or one ahead already)
         ahead = Job.at(replace(req, prefix=prefix, document=None, candidates=1), INLINE, lead, len(shown))
         self.begin(uri, ahead)
-        self.ahead_calls += 1
         ahead.future = asyncio.wrap_future(self.worker.submit(self._run, uri, ahead, (), None))
         ahead.future.add_done_callback(lambda f: f.cancelled() or f.exception())  # logged in _run
 
