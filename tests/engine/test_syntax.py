@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from engine.candidate import Candidate
 from engine.denoisers.loading import load_model
 from engine.fill import Engine, InfillRequest
@@ -96,3 +98,24 @@ def test_a_whole_line_fill_is_moved_to_the_next_lines_indentation_when_only_that
     prefix, suffix = "def f(x):\n    if x:\n        y = 1\n", "    else:\n        y = 2\n    return y\n"
     inside = check_candidates(tok, [cand(engine, "z = 3\n")], prefix, suffix, "python")
     assert [c.text for c in inside] == ["        z = 3\n"]
+
+
+@pytest.mark.parametrize(
+    ("language", "prefix", "suffix", "line", "kept_open"),
+    [
+        ("python", "def total(xs):\n    s = 0\n    ", "\n    return s\n", "for x in xs:", True),
+        ("javascript", "function total(xs) {\n  let s = 0;\n  ", "\n  return s;\n}\n", "for (const x of xs) {", True),
+        ("go", "func total(xs []int) int {\n\ts := 0\n\t", "\n\treturn s\n}\n", "for _, x := range xs {", True),
+        ("python", "def total(xs):\n    s = 0\n    ", "\n    return s\n", "for x in", False),  # broken, not open
+    ],
+)
+def test_a_first_line_that_opens_a_block_is_kept_while_typing(
+    language: str, prefix: str, suffix: str, line: str, kept_open: bool
+) -> None:
+    """InfillRequest.one_line (ghost text while typing): a line that opens a block passes as
+    it is when the block closed after it parses; the same line as a whole fill does not."""
+    fill = [Candidate(text=line, token_ids=[], confidence=[])]
+    whole = [c.text for c in check_candidates(None, fill, prefix, suffix, language)]
+    open_end = [c.text for c in check_candidates(None, fill, prefix, suffix, language, open_end=True)]
+    assert line not in whole  # as a whole fill, a header without its body does not parse (it is cut or dropped)
+    assert open_end == ([line] if kept_open else [])
