@@ -27,6 +27,9 @@ from engine.candidate import Shown
 from engine.fill import InfillRequest
 
 RECALL_SIZE = 16  # fills a document remembers (llama.vim keeps 250 over all files; a document needs few)
+# ... and the characters of text around them it keeps at most (each fill keeps its own copy of
+# the document); the newest fill is kept whatever its size, as the one shown last always was
+RECALL_CHARS = 8_000_000
 
 # where an answer came from (diffusion.stats' `answers`)
 MODEL = "model"  # a fill run for this request
@@ -69,7 +72,13 @@ class Recall:
             return
         with self._lock:
             kept = [r for r in self._fills if (r.place, r.shown.suffix) != (new.place, shown.suffix)]
-            self._fills = [new, *kept][: self.size]
+            fills, chars = [new], _chars(new)
+            for r in kept[: self.size - 1]:
+                chars += _chars(r)
+                if chars > RECALL_CHARS:
+                    break
+                fills.append(r)
+            self._fills = fills
 
     def answer(self, prefix: str, suffix: str, shape: tuple[bool, ...] | None = ()) -> tuple[str, str] | None:
         """(the text, where it came from) that an earlier fill gives at (prefix, suffix), or
@@ -103,6 +112,10 @@ class Recall:
     def clear(self) -> None:
         with self._lock:
             self._fills = []
+
+
+def _chars(r: Remembered) -> int:
+    return len(r.shown.prefix) + len(r.shown.suffix) + len(r.shown.text)
 
 
 @dataclass

@@ -7,7 +7,7 @@ import pytest
 
 from engine.candidate import Shown
 from engine.fill import InfillRequest
-from lsp_server.reuse import AHEAD, RECALLED, TYPE_THROUGH, Job, Recall
+from lsp_server.reuse import AHEAD, RECALL_CHARS, RECALLED, TYPE_THROUGH, Job, Recall
 
 P, S = "def area(w, h):\n    ", "\n\nprint(area(2, 3))\n"
 
@@ -41,6 +41,14 @@ def test_recall_keeps_the_newest_fills_and_one_per_place() -> None:
     recall.remember(Shown(P + "z", S, "w"))  # a third place: the oldest goes
     assert recall.answer(P, S) is None
     assert recall.has(P + "x", S) and recall.has(P + "z", S)
+
+
+def test_recall_keeps_at_most_its_characters_of_text_but_always_the_newest_fill() -> None:
+    big = "x = 1\n" * (RECALL_CHARS // 6 // 2 + 1)  # a document of a little over half the bound
+    recall = Recall()
+    recall.remember(Shown(big + P, S, "return w * h"))
+    recall.remember(Shown(big + P + "x", S, "y"))  # the two would exceed it: the older goes
+    assert recall.has(big + P + "x", S) and not recall.has(big + P, S)
 
 
 def test_a_fill_made_ahead_answers_once_its_suggestion_is_accepted() -> None:
