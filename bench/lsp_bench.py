@@ -1,5 +1,5 @@
 """What the benchmarks that drive `diffusion-lsp` over stdio share (bench/server_bench.py,
-bench/typing.py): the server started and initialized as VS Code does it, with inline
+bench/typing_bench.py): the server started and initialized as VS Code does it, with inline
 completion advertised, and its peak memory."""
 
 from __future__ import annotations

@@ -111,7 +111,7 @@ def did_close(ls: DiffusionServer, params: types.DidCloseTextDocumentParams) -> 
 
 def stats(ls: DiffusionServer, *args: object) -> dict[str, object]:
     """diffusion.stats: engine calls, answers by source and the model's state (for tests and
-    bench/typing.py)."""
+    bench/typing_bench.py)."""
     return {
         "engine_calls": ls.fills.engine_calls,
         "answers": dict(ls.fills.answers),  # answers given, by source (lsp_server/reuse.py)

@@ -2,9 +2,11 @@
 developer retypes held-out regions of real code (fixtures/typing/, function bodies from
 packages the shipped model never saw, in Python, JavaScript and Go) through `diffusion-lsp`
 over stdio, the way VS Code drives it, and presses Tab whenever the suggestion on screen is
-exactly the text about to be typed. Prints JSON; never asserted in tests.
+exactly the text about to be typed. Prints JSON; never asserted in tests. (Not
+`bench/typing.py`: a script in bench/ runs with bench/ first on its path, and a file named
+typing.py there would stand in for the standard library's `typing` in every one of them.)
 
-    python bench/typing.py [--model DIR] [--llama GGUF] [--modes pace,wait,llama] [--only NAME,...]
+    python bench/typing_bench.py [--model DIR] [--llama GGUF] [--modes pace,wait,llama] [--only NAME,...]
                            [--pace-ms 120] [--pause-ms 600] [--pause-after CHARS]
                            [--settings JSON] [--cases FILE]
 
