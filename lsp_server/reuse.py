@@ -91,16 +91,13 @@ class Recall:
             fills = list(self._fills)
         for r in fills:
             s = r.shown
-            if suffix != s.suffix or not prefix.startswith(s.prefix):
-                continue
-            typed = prefix[len(s.prefix) :]
-            if len(typed) >= len(s.text) or not s.text.startswith(typed) or len(typed) < r.after:
-                continue
-            if r.after:
-                return s.text[len(typed) :], AHEAD if len(typed) == r.after else TYPE_THROUGH
-            if typed:
-                return s.text[len(typed) :], TYPE_THROUGH
-            if shape is not None and r.shape == shape:
+            rest = s.rest_after(prefix, suffix)  # the one rule of type-through
+            if rest is not None:
+                typed = len(s.text) - len(rest)
+                if typed < r.after:
+                    continue  # still typing through the suggestion this fill was made after
+                return rest, AHEAD if r.after and typed == r.after else TYPE_THROUGH
+            if not r.after and shape is not None and r.shape == shape and (prefix, suffix) == (s.prefix, s.suffix):
                 return s.text, RECALLED
         return None
 
