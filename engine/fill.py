@@ -70,6 +70,8 @@ class FillOptions:
     max_steps: int | None = None
     use_drafter: bool | None = None
     fit_canvas: bool | None = None  # size the canvas by the model's length head (None: the model's default, on)
+    # the cursor's line as the fill's given start, its last piece healed (engine.local.heal); None: the model's default
+    middle_priming: bool | None = None
     seed: int | None = 0
     languages: tuple[str, ...] = ()  # languages filled even when the model was not trained on them
 

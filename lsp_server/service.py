@@ -115,6 +115,7 @@ def options_from(settings: Settings) -> FillOptions:
         strategy=settings.strategy,
         max_steps=settings.max_steps,
         languages=tuple(language_for(name).name for name in settings.languages),
+        middle_priming=None if settings.middle_priming else False,  # on: where the model has it on
     )
 
 

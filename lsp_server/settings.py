@@ -40,6 +40,7 @@ class Settings:
     fill_ahead: bool = True  # while a suggestion is shown, fill as if it were accepted (Tab, Tab)
     one_line_while_typing: bool = True  # ghost text shown unasked is one line; the next comes after Tab
     end_where_unsure: bool = True  # ghost text shown unasked ends before its first token below minConfidence
+    middle_priming: bool = True  # the cursor's line as the fill's start: a keystroke appends to the cached context
     quantization: str = "none"  # DiffusionGemma checkpoints: "int8" or "4bit" weights
     # a remote engine (docs/remote.md): set `endpoint` and the fills come from it
     endpoint: str | None = None  # http(s) URL of the inference server; None: the local model
@@ -248,6 +249,18 @@ OPTIONS: tuple[Option, ...] = (
         description=(
             "Ghost text that comes while you type ends before its first token whose probability is below"
             " `minConfidence`, instead of being held back whole: what you see is what the model is sure of."
+        ),
+    ),
+    Option(
+        "middle_priming",
+        "middlePriming",
+        "boolean",
+        description=(
+            "Give the model the text typed on the cursor's line as the start of its fill, and let it spell the"
+            " last, partial word its own way, so that a keystroke on the line re-reads only what was typed, not"
+            " the code after the cursor: the ghost text comes several times sooner. For models that fill in the"
+            " prefix-suffix-middle order one token at a time (Qwen2.5-Coder); off: the exact order, every"
+            " keystroke."
         ),
     ),
     Option(

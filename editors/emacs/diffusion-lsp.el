@@ -201,6 +201,15 @@ probability is below `minConfidence', instead of being held back
 whole: what you see is what the model is sure of."
   :type 'boolean)
 
+(defcustom diffusion-lsp-middle-priming t
+  "Give the model the text typed on the cursor's line as the start of its
+fill, and let it spell the last, partial word its own way, so that a
+keystroke on the line re-reads only what was typed, not the code after
+the cursor: the ghost text comes several times sooner.  For models that
+fill in the prefix-suffix-middle order one token at a time
+\(Qwen2.5-Coder); off: the exact order, every keystroke."
+  :type 'boolean)
+
 (defcustom diffusion-lsp-fill-ahead t
   "While a suggestion is on screen, make the next one in the idle time,
 as if it had been accepted, so that the suggestion after a Tab is
@@ -285,6 +294,7 @@ booleans are always sent."
                  (:drafts . ,(if diffusion-lsp-drafts t :json-false))
                  (:oneLineWhileTyping . ,(if diffusion-lsp-one-line-while-typing t :json-false))
                  (:endWhereUnsure . ,(if diffusion-lsp-end-where-unsure t :json-false))
+                 (:middlePriming . ,(if diffusion-lsp-middle-priming t :json-false))
                  (:fillAhead . ,(if diffusion-lsp-fill-ahead t :json-false))
                  (:endpoint . ,diffusion-lsp-endpoint)
                  (:dialect . ,diffusion-lsp-dialect)

@@ -99,6 +99,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
         seed=args.seed,
         use_drafter=None if args.drafter is None else args.drafter == "on",
         fit_canvas=None if args.fit_canvas is None else args.fit_canvas == "on",
+        middle_priming=None if args.middle_priming is None else args.middle_priming == "on",
     )
 
 
@@ -401,6 +402,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--drafter",
         choices=["on", "off"],
         help="start the canvas from tokens copied out of the context (default: the model's setting)",
+    )
+    gen.add_argument(
+        "--middle-priming",
+        choices=["on", "off"],
+        help=(
+            "give the cursor's line as the fill's start, its last word healed (one token at a time, in the"
+            " prefix-suffix-middle order; default: the model's setting, on)"
+        ),
     )
 
     retry = argparse.ArgumentParser(add_help=False)

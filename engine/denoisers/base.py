@@ -74,6 +74,13 @@ class PromptLayout(Protocol):
         """Tokens it adds to the prompt's own (the context budget leaves room for them)."""
         ...
 
+    @property
+    def primes(self) -> bool:
+        """Whether the fill's given start (`Prompt.middle`) comes after the suffix, so that
+        moving the cursor's line there (middle priming, engine.local.heal) turns typing
+        on the line into appending to the cached sequence."""
+        ...
+
     def ids(self, prompt: Prompt) -> tuple[int, ...]: ...
 
 

@@ -43,6 +43,7 @@ class SuffixFirst:
     prefix: int
     middle: int
     overhead: int = field(default=3, init=False)
+    primes: bool = field(default=False, init=False)  # typing at the cursor already appends
 
     def ids(self, prompt: Prompt) -> tuple[int, ...]:
         if prompt.plain:
@@ -61,6 +62,7 @@ class Plain:
     """A model without fill-in-the-middle markers: the prefix and the fill so far, no suffix."""
 
     overhead: int = field(default=0, init=False)
+    primes: bool = field(default=False, init=False)  # no suffix: typing at the cursor already appends
 
     def ids(self, prompt: Prompt) -> tuple[int, ...]:
         return (*prompt.prefix, *prompt.middle)
@@ -121,6 +123,7 @@ class DreamLayout:
 
     sp: Specials
     overhead: int = field(default=3, init=False)  # the causal layout's three markers (the canvas adds two)
+    primes: bool = field(default=True, init=False)  # the middle follows the suffix (prefix-suffix-middle)
 
     def ids(self, prompt: Prompt) -> tuple[int, ...]:
         return self.parts(prompt).causal

@@ -139,6 +139,10 @@ class LLaDALayout:
     def overhead(self) -> int:
         return 0 if self.start is None else 1
 
+    @property
+    def primes(self) -> bool:
+        return False  # no one-token mode
+
     def split(self, prompt: Prompt) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(what precedes the canvas, what follows it)."""
         head = () if self.start is None else (self.start,)

@@ -22,6 +22,7 @@ The steps of `LocalGenerator.generate`, once engine.fill has planned the span an
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.candidate import LOGPROB_FLOOR, Candidate, scored
+from engine.candidate import LOGPROB_FLOOR, Candidate, scored, spelled, trimmed
 from engine.decoding import CANDIDATE_TEMPERATURE, ONE_TOKEN_STRATEGIES, SamplerConfig
 from engine.denoisers.base import LengthPredictor, Prompt
 from engine.denoisers.loading import LoadedModel
@@ -38,6 +39,7 @@ from engine.fill import Engine, FillControl, FillLimits, FillOptions, InfillRequ
 from engine.local import drafter, resize
 from engine.local.cache import DEFAULT_MAX_BYTES, ContextCache
 from engine.local.echo import Echo
+from engine.local.heal import Heal, Spelling, split_line
 from engine.local.length import DEFAULT_QUANTILE, DEFAULT_SLACK, fitted_length
 from engine.local.sampler import (
     SampleResult,
@@ -62,6 +64,8 @@ MIN_CONTEXT_TOKENS = 16
 SUFFIX_SHARE = 0.25  # of the context budget for code after the cursor, unless the prefix is short
 TRIM_QUANTUM_LINES = 16  # trims move in steps of this many lines (cache-friendly)
 MAX_CHARS_PER_TOKEN = 12  # text farther than budget * this from the cursor is never kept
+MIDDLE_PRIMING = True  # the default of FillOptions.middle_priming (docs/models.md: measured on the typing benchmark)
+MAX_PRIMED_CHARS = 400  # a longer line is not primed (the prompt's budget is the prefix's)
 REFINE_KEEP = 0.3  # refine: tokens the model gives at least this probability are kept
 # transformers' DiffusionGemmaGenerationConfig defaults (_get_default_generation_params)
 UNIFORM_DEFAULTS: dict[str, Any] = {
@@ -204,9 +208,16 @@ class LocalGenerator:
 
     # -- 1-2: context
     def build_context(
-        self, opts: FillOptions, req: InfillRequest, warnings: list[str], canvas: int
+        self,
+        opts: FillOptions,
+        req: InfillRequest,
+        warnings: list[str],
+        canvas: int,
+        primed: tuple[str, str] | None = None,
     ) -> tuple[Prompt, list[int]]:
-        """(the prompt, its laid-out ids) within the budget, the layout's own tokens included."""
+        """(the prompt, its laid-out ids) within the budget, the layout's own tokens
+        included. `primed` (`_priming`): the end of the prefix (the cursor's line) goes to
+        the fill's given start instead, but for its last characters, which the fill spells."""
         budget = (
             opts.context_tokens
             if opts.context_tokens is not None
@@ -226,14 +237,44 @@ class LocalGenerator:
         # a model may cap the suffix (config.json defaults `suffix_tokens`): where its layout
         # puts the suffix after the prefix, a keystroke encodes the whole suffix again
         cap = int(self.defaults.get("suffix_tokens", budget))
+        prefix, middle = req.prefix, ()
+        if primed is not None:
+            kept, tail = primed
+            prefix = req.prefix[: len(req.prefix) - len(kept) - len(tail)]
+            middle = tuple(self.tok.encode(kept))
         suffix_ids = trim_suffix(self.tok.encode, req.suffix, min(cap, int(budget * SUFFIX_SHARE)))
-        prefix_ids = trim_prefix(self.tok.encode, req.prefix, budget - len(suffix_ids))
+        prefix_ids = trim_prefix(self.tok.encode, prefix, max(0, budget - len(suffix_ids) - len(middle)))
         if req.prefix.count("\n") < TRIM_QUANTUM_LINES:
-            longer = trim_suffix(self.tok.encode, req.suffix, min(cap, budget - len(prefix_ids)), exact=False)
+            room = budget - len(prefix_ids) - len(middle)
+            longer = trim_suffix(self.tok.encode, req.suffix, min(cap, room), exact=False)
             if len(longer) > len(suffix_ids):
                 suffix_ids = longer
-        prompt = Prompt(prefix=tuple(prefix_ids), suffix=tuple(suffix_ids))
+        prompt = Prompt(prefix=tuple(prefix_ids), suffix=tuple(suffix_ids), middle=middle)
         return prompt, list(self.den.layout.ids(prompt))
+
+    def _priming(self, opts: FillOptions, req: InfillRequest, cfg: SamplerConfig) -> tuple[str, str] | None:
+        """Middle priming (engine.local.heal): (the start of the cursor's line given as the
+        fill's start, the characters of its last piece that the fill spells first), where
+        it is on (FillOptions.middle_priming, else config.json defaults `middle_priming`,
+        else MIDDLE_PRIMING) and helps: one token at a time, in a layout whose middle
+        follows the suffix (`PromptLayout.primes`), so that typing on the line appends
+        to the cached sequence instead of changing the prefix before the suffix. None:
+        the exact prefix-suffix-middle prompt."""
+        on = opts.middle_priming
+        on = bool(self.defaults.get("middle_priming", MIDDLE_PRIMING)) if on is None else on
+        if not on or req.refine or cfg.strategy != "autoregressive" or not self.den.info.autoregressive:
+            return None
+        if not self.den.layout.primes:
+            return None
+        line = req.prefix[line_start(req.prefix, len(req.prefix)) :]
+        if len(line) > MAX_PRIMED_CHARS:
+            return None
+        return split_line(line, self.tok.last_piece_start(line))
+
+    @functools.cached_property
+    def spelling(self) -> Spelling:
+        """The vocabulary by text, for healing (built on the first primed fill)."""
+        return Spelling(self.tok.token_texts)
 
     # -- 4: warm start or drafts
     def _proposals(self, opts: FillOptions, req: InfillRequest, prompt: Prompt, c: int) -> tuple[list[int], bool]:
@@ -263,8 +304,12 @@ class LocalGenerator:
         req, opts, plan, warnings = job.request, job.options, job.plan, job.warnings
         c = job.budget
         b = max(1, int(req.candidates))
-        # 1-2. the context
-        prompt, ctx_ids = self.build_context(opts, req, warnings, c)
+        multiline = plan is not None and plan.span.multiline
+        cfg = self._sampler_for(opts, req, b, warnings, multiline)
+        # 1-2. the context (the cursor's line as the fill's start, where it is primed)
+        primed = self._priming(opts, req, cfg)
+        heal = Heal(primed[1], self.spelling) if primed is not None and primed[1] else None
+        prompt, ctx_ids = self.build_context(opts, req, warnings, c, primed)
         # 3. encode, reusing the cache
         t0 = time.perf_counter()
         cached, reused = self.cache.lookup(ctx_ids)
@@ -273,9 +318,7 @@ class LocalGenerator:
         t1 = time.perf_counter()
         # 4-5. canvas and sampling: one greedy row per fitted length, then the sampled
         # candidates (at the first length)
-        multiline = plan is not None and plan.span.multiline
-        proposal, warm = ([], False) if req.refine else self._proposals(opts, req, prompt, c)
-        cfg = self._sampler_for(opts, req, b, warnings, multiline)
+        proposal, warm = ([], False) if req.refine or primed is not None else self._proposals(opts, req, prompt, c)
         lengths = self._fitted(opts, req, cfg, state, c, len(proposal))
         greedy = max(1, len(lengths))
         rows = b + greedy - 1
@@ -288,10 +331,10 @@ class LocalGenerator:
         one_line = plan is not None and not plan.span.multiline
         stats = VerifyStats()
         result = self._sample(
-            job, cfg, rng, state, canvas, fixed, proposal, row_temperature, prompt, stats, one_line, greedy
+            job, cfg, rng, state, canvas, fixed, proposal, row_temperature, prompt, stats, one_line, greedy, heal
         )
         # 6. decode and rank
-        ranked, scored = self._ranked(job.control, result, state, greedy)
+        ranked, scored = self._ranked(job.control, result, state, greedy, heal.text if heal is not None else "")
         t2 = time.perf_counter()
         passes = result.steps if cfg.strategy in ONE_TOKEN_STRATEGIES else result.steps + 1
         return InfillResult(
@@ -421,6 +464,7 @@ class LocalGenerator:
         stats: VerifyStats,
         one_line: bool = False,
         greedy: int = 1,
+        heal: Heal | None = None,
     ) -> SampleResult:
         """The sampler's run over the B candidate rows: one token at a time in the
         autoregressive mode, or drafts of the canvas verified by that mode (a row ends
@@ -433,10 +477,11 @@ class LocalGenerator:
         on_step = None
         if control.on_draft is not None:
             cb = control.on_draft
+            given = len(heal.text) if heal is not None else 0
 
             def on_step(view: StepView) -> None:
                 rows = to_numpy(view.argmax_canvas)
-                cb(view.step, [self._decode_row(r)[0] for r in rows])
+                cb(view.step, [self._decode_row(r)[0][given:] for r in rows])
 
         steer = Steering(
             greedy_rows=self.den.as_array(greedy_rows),
@@ -448,6 +493,7 @@ class LocalGenerator:
             line_ends=self.tok.line_break_ids,  # the deadline lets one token at a time finish a line of text
             blanks=self.tok.blank_ids,
             echo=Echo(self.tok, job.request.suffix),  # the one-token loop stops where the fill repeats the suffix
+            heal=heal,
         )
         if cfg.strategy == "autoregressive" and not job.request.refine:
             return run_autoregressive(self.den, state, c, cfg, rng, batch=b, steer=steer)
@@ -467,7 +513,7 @@ class LocalGenerator:
         return run(self.den, state, canvas, cfg, rng, fixed=fixed, draft=draft, steer=steer)
 
     def _ranked(
-        self, control: FillControl, result: SampleResult, state: Any, greedy: int = 1
+        self, control: FillControl, result: SampleResult, state: Any, greedy: int = 1, healed: str = ""
     ) -> tuple[list[Candidate], int]:
         """(candidates, scoring passes): each row cut at end-of-fill and decoded, with its
         confidence (engine.candidate.scored) from the probabilities its tokens were chosen
@@ -476,8 +522,10 @@ class LocalGenerator:
         alternatives and the model has the autoregressive mode, their confidence is the
         likelihood that mode gives them, teacher-forced, end-of-fill counted (a sharper
         judge than the canvas's; each distinct text scored once in one pass); without
-        it, greedy row 0 stays first."""
-        cands = [self._candidate(row, conf) for row, conf in zip(result.tokens, result.confidence, strict=True)]
+        it, greedy row 0 stays first. `healed`: the characters each row spelled first,
+        which are not the fill's (engine.local.heal)."""
+        rows = zip(result.tokens, result.confidence, strict=True)
+        cands = [self._candidate(row, conf, healed) for row, conf in rows]
         late = control.deadline is not None and time.monotonic() >= control.deadline
         unique = distinct(cands)
         scored_passes = 0
@@ -498,16 +546,23 @@ class LocalGenerator:
         head = best(cands[:greedy]) if scored_passes else cands[:greedy]
         return [*head, *best(cands[greedy:])], scored_passes
 
-    def _candidate(self, row: np.ndarray, conf: np.ndarray) -> Candidate:
+    def _candidate(self, row: np.ndarray, conf: np.ndarray, healed: str = "") -> Candidate:
         """A decoded row with its confidence from each token's probability when it was
         chosen (the one-token mode's, the verifier's or the canvas's lock), end-of-fill's
-        included when the row ended there (not at the canvas's end or a line break)."""
+        included when the row ended there (not at the canvas's end or a line break).
+        A row that spelled `healed` first is the text after it (its tokens kept, as a
+        trimmed start keeps them); one stopped before it had spelled it all is empty."""
         text, n = self._decode_row(row)
         probs = [float(x) for x in conf[:n]]
         if n < len(row) and int(row[n]) == self.tok.special.eof:
             probs.append(float(conf[n]))
         cand = Candidate(text, [int(t) for t in row[:n]], probs[:n])
-        return scored(cand, [float(np.log(max(p, 1e-30))) for p in probs])
+        cand = scored(cand, [float(np.log(max(p, 1e-30))) for p in probs])
+        if not healed:
+            return cand
+        if not text.startswith(healed):
+            return Candidate("", [], [])
+        return trimmed(spelled(cand, self.tok), start=len(healed))
 
     def _refine_canvas(self, text: str, state: Any, canvas: Any, c: int) -> tuple[Any, Any]:
         """Score `text` in place (one forward pass with it visible); its tokens the model

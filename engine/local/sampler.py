@@ -94,6 +94,7 @@ import numpy as np
 
 from engine.decoding import ONE_TOKEN_STRATEGIES, SamplerConfig, StopReason, Strategy
 from engine.denoisers.base import Denoiser, DenoiserInfo, EncodedContext, RandomSource, StepReuse
+from engine.local.heal import Heal
 from engine.local.resize import Change, Edits, edits_of, remap, row_lengths
 
 log = logging.getLogger(__name__)
@@ -394,6 +395,8 @@ class Steering:
     echo: the one-token loop asks it after each token with the row so far; a number
         ends the row after that many tokens (engine.local.echo: the fill began to write
         the code after the cursor again).
+    heal: the characters each one-token row must write first, in tokens the model
+        chooses among those that spell them (engine.local.heal); None: no constraint.
     """
 
     greedy_rows: Any | None = None
@@ -405,6 +408,7 @@ class Steering:
     line_ends: frozenset[int] = frozenset()
     blanks: frozenset[int] = frozenset()
     echo: Callable[[np.ndarray], int | None] | None = None
+    heal: Heal | None = None
 
     def stopped(self) -> StopReason | None:
         """Why the loop must stop before its next step, or None (`stop_requested`)."""
@@ -1015,14 +1019,22 @@ def _one_token_row(
     length = tokens.shape[1]
     logits = to_numpy(denoiser.next_logits(state)).astype(np.float32)
     n = 1  # the first token's logits came with the context's last position
+    heal = steer.heal
+    rest = heal.text if heal is not None else ""  # characters still to spell (steer.heal)
+    healing = 0  # tokens that only spelled them: the fill's own positions start after them
     for i in range(length):
         if (stop := steer.stopped_in_line(tokens[r, :i])) is not None:
             return stop, n
-        tok, confidence[r, i] = chooser.choose(logits, i)
+        if heal is not None and rest:
+            logits = heal.masked(logits, rest)
+        tok, confidence[r, i] = chooser.choose(logits, i - healing)
         if tok in (info.eof_id, info.pad_id):
             tokens[r, i] = info.eof_id
             break
         tokens[r, i] = tok
+        if heal is not None and rest:
+            rest, inside = heal.step(rest, tok)
+            healing += inside
         if steer.ended_by_echo(tokens[r], i + 1, info):
             break
         if i == length - 1 or tok in steer.stop_after:

@@ -72,19 +72,35 @@ class Tokenizer:
         return list(self.hf.encode(text, add_special_tokens=False).ids)
 
     @functools.cached_property
-    def _token_texts(self) -> list[str]:
-        """Each token's text alone (the whole vocabulary decoded once, on first use)."""
+    def token_texts(self) -> list[str]:
+        """Each token's text alone (the whole vocabulary decoded once, on first use):
+        "" for a special token, U+FFFD where a token holds part of a character."""
         return list(self.hf.decode_batch([[i] for i in range(self.vocab_size)], skip_special_tokens=True))
+
+    def last_piece_start(self, text: str) -> int:
+        """Where the last piece of `text` starts, as the tokenizer splits text before it
+        merges (its pre-tokenizer: a word with the space before it, a run of spaces, ...):
+        no token spans that offset, so the tokens of `text[:offset]` are those of `text`
+        up to it. Without a pre-tokenizer: where the last token starts."""
+        if not text:
+            return 0
+        pre = self.hf.pre_tokenizer
+        if pre is not None:
+            pieces = pre.pre_tokenize_str(text)
+            if pieces:
+                return int(pieces[-1][1][0])
+        offsets = self.hf.encode(text, add_special_tokens=False).offsets
+        return int(offsets[-1][0]) if offsets else 0
 
     @functools.cached_property
     def line_break_ids(self) -> frozenset[int]:
         """Ids of the tokens whose text holds a line break."""
-        return frozenset(i for i, text in enumerate(self._token_texts) if "\n" in text)
+        return frozenset(i for i, text in enumerate(self.token_texts) if "\n" in text)
 
     @functools.cached_property
     def blank_ids(self) -> frozenset[int]:
         """Ids of the tokens whose text is white space only (line breaks included)."""
-        return frozenset(i for i, text in enumerate(self._token_texts) if text and not text.strip())
+        return frozenset(i for i, text in enumerate(self.token_texts) if text and not text.strip())
 
     def decode(self, ids: Sequence[int]) -> str:
         return str(self.hf.decode(list(ids), skip_special_tokens=True))

@@ -24,6 +24,7 @@ const SERVER_KEYS = [
   "drafts",
   "oneLineWhileTyping",
   "endWhereUnsure",
+  "middlePriming",
   "fillAhead",
   "endpoint",
   "dialect",
