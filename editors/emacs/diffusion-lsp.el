@@ -538,6 +538,8 @@ known; nil when none is pending.  Drafts are shown only for it.")
   (let ((map (make-sparse-keymap)))
     (define-key map (kbd "TAB") #'diffusion-lsp-inline-accept)
     (define-key map [tab] #'diffusion-lsp-inline-accept)
+    (define-key map (kbd "M-<right>") #'diffusion-lsp-inline-accept-word)
+    (define-key map (kbd "C-M-<right>") #'diffusion-lsp-inline-accept-line)
     map)
   "Keys active while ghost text is shown.")
 
@@ -545,7 +547,8 @@ known; nil when none is pending.  Drafts are shown only for it.")
   `((diffusion-lsp--ghost-active . ,diffusion-lsp-inline-active-map))
   "Puts `diffusion-lsp-inline-active-map' above other minor modes' TAB.")
 
-(defvar diffusion-lsp-inline-keep-commands '(diffusion-lsp-inline-accept)
+(defvar diffusion-lsp-inline-keep-commands
+  '(diffusion-lsp-inline-accept diffusion-lsp-inline-accept-word diffusion-lsp-inline-accept-line)
   "Commands that do not dismiss the ghost text.")
 
 (defun diffusion-lsp--clear-draft ()
@@ -600,6 +603,49 @@ known; nil when none is pending.  Drafts are shown only for it.")
       (delete-region beg end)
       (insert text))))
 
+(defun diffusion-lsp--next-piece (rest unit)
+  "The start of REST, a suggestion's text still to insert, that accepting UNIT takes.
+UNIT `word': white space, then a run of word characters (or of other
+non-blank characters); `line': the rest of the line, or, when REST
+starts a new line, that line break and the line after it.  As VS Code's
+acceptNextWord and acceptNextLine."
+  (let ((pattern (if (eq unit 'line)
+                     "\\`\n?[^\n]*"
+                   "\\`[[:space:]]*\\(?:[[:alnum:]_]+\\|[^[:alnum:]_[:space:]]+\\)")))
+    (if (string-match pattern rest) (match-string 0 rest) rest)))
+
+(defun diffusion-lsp--accept-part (unit)
+  "Insert the next UNIT (`word' or `line') of the ghost text at point.
+The rest is shown again after point, as what TAB inserts (the edit
+itself dismissed the ghost text, as every edit does)."
+  (let* ((ghost diffusion-lsp--ghost)
+         (typed (buffer-substring-no-properties (overlay-start ghost) (point)))
+         (after (- (marker-position (overlay-get ghost 'diffusion-lsp-end)) (point)))
+         (text (overlay-get ghost 'diffusion-lsp-text))
+         (rest (and (string-prefix-p typed text) (substring text (length typed))))
+         (piece (and rest (diffusion-lsp--next-piece rest unit))))
+    (if (or (null piece) (string= piece rest))
+        (diffusion-lsp-inline-accept)
+      (insert piece)
+      (let ((left (substring rest (length piece))))
+        (diffusion-lsp--put-ghost (point) (+ (point) (max 0 after)) left left)))))
+
+(defun diffusion-lsp-inline-accept-word ()
+  "Insert the next word of the ghost text; the rest stays shown.
+Without ghost text, move forward a word."
+  (interactive)
+  (if (and diffusion-lsp--ghost (overlay-buffer diffusion-lsp--ghost))
+      (diffusion-lsp--accept-part 'word)
+    (forward-word)))
+
+(defun diffusion-lsp-inline-accept-line ()
+  "Insert the rest of the ghost text's line (or its next line); the rest stays shown.
+Without ghost text, move to the end of the line."
+  (interactive)
+  (if (and diffusion-lsp--ghost (overlay-buffer diffusion-lsp--ghost))
+      (diffusion-lsp--accept-part 'line)
+    (move-end-of-line 1)))
+
 (defun diffusion-lsp--first-item (answer)
   "The first inline completion item of ANSWER (a list, an array or nil)."
   (seq-first (if (vectorp answer) answer (plist-get answer :items))))
@@ -621,17 +667,20 @@ GENERATION and TICK identify the request it answers."
                 ((string-prefix-p typed text))
                 (shown (substring text (length typed)))
                 ((not (string-empty-p shown))))
-      (diffusion-lsp-inline-dismiss)
-      (let ((ghost (make-overlay (point) (point) nil nil t))
-            (display (copy-sequence shown)))
-        (put-text-property 0 (length display) 'face 'diffusion-lsp-ghost display)
-        (put-text-property 0 1 'cursor t display) ; the cursor stays before the ghost text
-        (overlay-put ghost 'after-string display)
-        (overlay-put ghost 'diffusion-lsp-text text)
-        (overlay-put ghost 'diffusion-lsp-end (copy-marker (cdr region) t))
-        (move-overlay ghost (car region) (car region))
-        (setq diffusion-lsp--ghost ghost
-              diffusion-lsp--ghost-active t)))))
+      (diffusion-lsp--put-ghost (car region) (cdr region) text shown))))
+
+(defun diffusion-lsp--put-ghost (beg end text shown)
+  "Show SHOWN as ghost text; TAB will replace BEG..END with TEXT."
+  (diffusion-lsp-inline-dismiss)
+  (let ((ghost (make-overlay beg beg nil nil t))
+        (display (copy-sequence shown)))
+    (put-text-property 0 (length display) 'face 'diffusion-lsp-ghost display)
+    (put-text-property 0 1 'cursor t display) ; the cursor stays before the ghost text
+    (overlay-put ghost 'after-string display)
+    (overlay-put ghost 'diffusion-lsp-text text)
+    (overlay-put ghost 'diffusion-lsp-end (copy-marker end t))
+    (setq diffusion-lsp--ghost ghost
+          diffusion-lsp--ghost-active t)))
 
 ;;;###autoload
 (defun diffusion-lsp-inline-complete (&optional automatic)

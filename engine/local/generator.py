@@ -237,7 +237,8 @@ class LocalGenerator:
         # a model may cap the suffix (config.json defaults `suffix_tokens`): where its layout
         # puts the suffix after the prefix, a keystroke encodes the whole suffix again
         cap = int(self.defaults.get("suffix_tokens", budget))
-        prefix, middle = req.prefix, ()
+        prefix = req.prefix
+        middle: tuple[int, ...] = ()  # the line's start, where it is primed
         if primed is not None:
             kept, tail = primed
             prefix = req.prefix[: len(req.prefix) - len(kept) - len(tail)]

@@ -242,6 +242,36 @@ buffer; TAB (through the keymap, as typed) inserts it; the file still parses."
       (should-not (eq (key-binding (kbd "TAB")) #'diffusion-lsp-inline-accept))
       (save-buffer))))
 
+;;;; (2b) accepting the ghost text a word at a time
+
+(ert-deftest diffusion-lsp-test-inline-accept-word-then-tab ()
+  "M-<right> (through the keymap, as typed) inserts the ghost text's next word
+and shows the rest after point; TAB then inserts that rest, so the buffer ends
+as TAB alone would have left it."
+  (diffusion-lsp-test-with-file "emacs_shapes.py"
+    (diffusion-lsp-inline-mode-maybe)
+    (let* ((before (buffer-string))
+           (ghost (diffusion-lsp-test-at-some-site #'diffusion-lsp-test-ghost))
+           (start (point))
+           (text (overlay-get ghost 'diffusion-lsp-text)))
+      (should (eq (key-binding (kbd "M-<right>")) #'diffusion-lsp-inline-accept-word))
+      (execute-kbd-macro (kbd "M-<right>"))
+      (let ((word (buffer-substring-no-properties start (point))))
+        (should (string-prefix-p word text))
+        (should (< 0 (length word)))
+        (unless (equal word text)         ; a suggestion of one word is accepted whole
+          (should (string-match-p
+                   "\\`[[:space:]]*\\(?:[[:alnum:]_]+\\|[^[:alnum:]_[:space:]]+\\)\\'" word))
+          (should diffusion-lsp--ghost)
+          (should (= (overlay-start diffusion-lsp--ghost) (point)))
+          (should (equal (substring-no-properties (overlay-get diffusion-lsp--ghost 'after-string))
+                         (substring text (length word))))
+          (execute-kbd-macro (kbd "TAB"))))
+      (should-not diffusion-lsp--ghost)
+      (should (equal (buffer-string)
+                     (concat (substring before 0 (1- start)) text (substring before (1- start)))))
+      (save-buffer))))
+
 (defvar diffusion-lsp-test-drafts-shown nil
   "The texts of the draft overlay each time one was shown, newest first.")
 

@@ -55,6 +55,10 @@ def test_inline_overlay_appears_and_tab_accepts_it(emacs: str, tmp_path: Path) -
     check(emacs, "diffusion-lsp-test-inline-overlay-tab-accepts", tmp_path)
 
 
+def test_inline_overlay_is_accepted_a_word_then_the_rest(emacs: str, tmp_path: Path) -> None:
+    check(emacs, "diffusion-lsp-test-inline-accept-word-then-tab", tmp_path)
+
+
 def test_drafts_show_the_fill_as_it_forms(emacs: str, tmp_path: Path) -> None:
     check(emacs, "diffusion-lsp-test-drafts", tmp_path)
 

@@ -6,6 +6,7 @@ fill's text: only that it appears, lands where it should, and leaves the file pa
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,24 @@ def test_ghost_text_appears_and_tab_accepts_it(tmp_path: Path) -> None:
     at = offset(r["before"], *r["cursor"])
     assert r["after"] == r["before"][:at] + text + r["before"][at:]
     assert_parses(run)
+
+
+def test_a_word_of_the_ghost_text_is_accepted_then_the_rest(tmp_path: Path) -> None:
+    settings = {"minConfidence": 0, "oneLineWhileTyping": False}
+    run = run_scenario("accept_word", "code/inventory.py", tmp_path, line=27, col=1, settings=settings)
+    r = result_of(run)
+    text, at = r["ghost"]["text"], offset(r["before"], *r["cursor"])
+    assert text.strip(), f"the suggestion is only whitespace: {text!r}"
+    # the key put the suggestion's first word at the cursor, and the cursor after it
+    word = r["after_word"][at : len(r["after_word"]) - (len(r["before"]) - at)]
+    assert r["after_word"] == r["before"][:at] + word + r["before"][at:]
+    assert word and text.startswith(word)
+    assert offset(r["after_word"], *r["cursor_after_word"]) == at + len(word)
+    if word != text:  # a one-word suggestion is accepted whole
+        assert re.fullmatch(r"\s*(\w+|[^\w\s]+)", word), word
+        assert r["rest"]["text"] == text[len(word) :]  # the rest, shown at once
+    # and Tab took the rest: the buffer is what Tab alone would have left
+    assert r["after"] == r["before"][:at] + text + r["before"][at:]
 
 
 def test_fill_holes_fills_both_holes(tmp_path: Path) -> None:

@@ -114,6 +114,29 @@ def test_fills_through_the_engine_as_the_dream_backend_does(
     assert got.steps >= 1 and got.text == want.text
 
 
+def test_typing_on_a_primed_line_reads_only_what_was_typed(exported: dict[tuple[str, str], Path]) -> None:
+    """Middle priming: the cursor's line is the fill's given start but for its last piece,
+    which the fill's first tokens spell. A keystroke within that piece finds the whole
+    context cached; in the exact order it reads the suffix again."""
+    model = load_model(exported["qwen2", "none"])
+    suffix = "\n\nprint(1)\n"
+    typed = [
+        InfillRequest(prefix="def add(a, b):\n    " + word, suffix=suffix, min_tokens=2) for word in ("ret", "retu")
+    ]
+    for primed in (True, False):
+        engine = local_engine(model, FillOptions(canvas_tokens=8, middle_priming=primed))
+        engine.fill(typed[0])
+        r = engine.fill(typed[1])
+        if primed:
+            assert r.reused_tokens == r.context_tokens
+        else:
+            assert r.reused_tokens < r.context_tokens - len(model.tokenizer.encode(suffix))
+        best = r.candidates[0]
+        written = model.tokenizer.decode(best.token_ids)
+        assert best.text.strip() and written.endswith(best.text)
+        assert written.startswith(" retu") == primed  # the piece typed so far, spelled by the fill
+
+
 def test_the_greedy_fill_in_8_bits_is_the_float_fill_on_most_contexts(exported: dict[tuple[str, str], Path]) -> None:
     texts = ["def add(a, b):\n    return ", "class Point:\n    def __init__(self, x, y):\n        self.", "for i in "]
     same = 0

@@ -107,6 +107,41 @@ function S.ghost_text(h)
   vim.cmd.write()
 end
 
+--- (1a) Accept a word: the ghost text's next word goes in at the cursor, and the rest
+--- comes back as ghost text (the server types through what it showed); Tab takes it.
+function S.accept_word(h)
+  local bufnr, client = open(h)
+  record_inline_requests(h, client)
+  h.result.before = h:text(bufnr)
+  go(h.spec.line, h.spec.col)
+  h:feed('i')
+  local cursor = api.nvim_win_get_cursor(0)
+  h.result.cursor = { cursor[1] - 1, cursor[2] }
+  h.result.ghost = h:wait(function()
+    return ghost(bufnr)
+  end, 'ghost text')
+  local shown = h:text(bufnr)
+  h:feed('<M-Right>')
+  h:wait(function()
+    return h:text(bufnr) ~= shown
+  end, 'a word to be accepted')
+  h.result.after_word = h:text(bufnr)
+  local now = api.nvim_win_get_cursor(0)
+  h.result.cursor_after_word = { now[1] - 1, now[2] }
+  if h.result.after_word ~= shown .. '' and #h.result.after_word - #shown < #h.result.ghost.text then
+    h.result.rest = h:wait(function()
+      return ghost(bufnr)
+    end, 'the rest as ghost text')
+    local before_tab = h:text(bufnr)
+    h:feed('<Tab>')
+    h:wait(function()
+      return h:text(bufnr) ~= before_tab
+    end, 'the rest to be accepted')
+  end
+  h.result.after = h:text(bufnr)
+  h:feed('<Esc>')
+end
+
 --- (1b) Drafts (setup `drafts = true`): the fill as it forms, rendered as an extmark while
 --- the request runs; the answer replaces it with the ghost text.
 function S.drafts(h)

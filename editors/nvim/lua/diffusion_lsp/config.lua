@@ -5,6 +5,8 @@ local M = {}
 ---@class diffusion_lsp.Keys
 --- Keys are insert-mode mappings; `false` leaves a key unmapped.
 ---@field accept? string|false Accept the shown suggestion (falls back to the key itself). Default `<Tab>`.
+---@field accept_word? string|false Accept its next word (as copilot.vim). Default `<M-Right>`.
+---@field accept_line? string|false Accept the rest of its line, or its next line. Default `<M-C-Right>`.
 ---@field next? string|false Show the next candidate. Default `<M-]>`.
 ---@field prev? string|false Show the previous candidate. Default `<M-[>`.
 ---@field trigger? string|false Ask for a suggestion now (all candidates). Default `<M-\>`.
@@ -52,6 +54,8 @@ M.defaults = {
   drafts = false,
   keys = {
     accept = '<Tab>',
+    accept_word = '<M-Right>',
+    accept_line = '<M-C-Right>',
     next = '<M-]>',
     prev = '<M-[>',
     trigger = '<M-\\>',
@@ -99,7 +103,7 @@ function M.resolve(opts)
   check('keys', opts.keys, 'table', true)
   for key, value in pairs(opts.keys or {}) do
     if M.defaults.keys[key] == nil then
-      error(('keys.%s: unknown key (expected one of accept, next, prev, trigger, dismiss)'):format(key), 2)
+      error(('keys.%s: unknown key (expected one of accept, accept_word, accept_line, next, prev, trigger, dismiss)'):format(key), 2)
     end
     check('keys.' .. key, value, { 'string', 'boolean' }, true)
     if value == true then

@@ -17,6 +17,7 @@ local M = {}
 local api = vim.api
 local actions = require('diffusion_lsp.actions')
 local drafts = require('diffusion_lsp.drafts')
+local util = require('diffusion_lsp.util')
 
 M.NAME = actions.NAME
 
@@ -61,6 +62,38 @@ function M.accept()
   return use_inline() and vim.lsp.inline_completion.get() or false
 end
 
+--- Accept the next word (`unit` 'word') or line ('line') of the shown suggestion, as
+--- VS Code accepts them (util.next_piece); the rest comes back at once as the next
+--- suggestion (the server types through what it showed). Returns false when none is shown.
+---@param unit 'word'|'line'
+---@return boolean
+function M.accept_part(unit)
+  if not use_inline() then
+    return false
+  end
+  return vim.lsp.inline_completion.get({
+    on_accept = function(item)
+      local text = item.insert_text
+      if type(text) ~= 'string' then
+        return -- a snippet is accepted whole or not at all
+      end
+      local bufnr = api.nvim_get_current_buf()
+      local row, col = unpack(api.nvim_win_get_cursor(0))
+      local typed = ''
+      if item.range then -- the suggestion replaces its range: the part before the cursor is typed
+        local s = item.range.start
+        typed = table.concat(api.nvim_buf_get_text(bufnr, s.row, s.col, row - 1, col, {}), '\n')
+      end
+      if text:sub(1, #typed) ~= typed then
+        return
+      end
+      local lines = vim.split(util.next_piece(text:sub(#typed + 1), unit), '\n', { plain = true })
+      api.nvim_buf_set_text(bufnr, row - 1, col, row - 1, col, lines)
+      api.nvim_win_set_cursor(0, { row + #lines - 1, (#lines == 1 and col or 0) + #lines[#lines] })
+    end,
+  })
+end
+
 --- Show the next (count > 0) or previous candidate.
 ---@param count integer
 function M.cycle(count)
@@ -97,6 +130,14 @@ local function map_keys(bufnr)
       return keys.accept -- nothing shown: the key does what it always does
     end
   end, 'diffusion-lsp: accept the suggestion', { expr = true, replace_keycodes = true })
+  for _, unit in ipairs({ 'word', 'line' }) do
+    local lhs = keys['accept_' .. unit]
+    map(lhs, function()
+      if not M.accept_part(unit) then
+        return lhs -- nothing shown: the key does what it always does
+      end
+    end, 'diffusion-lsp: accept the next ' .. unit .. ' of the suggestion', { expr = true, replace_keycodes = true })
+  end
   map(keys.next, function()
     M.cycle(1)
   end, 'diffusion-lsp: next candidate')

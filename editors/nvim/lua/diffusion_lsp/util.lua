@@ -72,4 +72,19 @@ function M.version(bufnr)
   return versions and versions[bufnr] or api.nvim_buf_get_changedtick(bufnr)
 end
 
+--- The next piece of a suggestion's `rest` (what it would still insert after the
+--- cursor) that accepting a word or a line takes, as VS Code's acceptNextWord and
+--- acceptNextLine do: a word is white space then a run of word characters (or of other
+--- non-blank characters); a line is the rest of the cursor's line, or, when the rest
+--- starts a new line, that line break and the line after it.
+---@param rest string
+---@param unit 'word'|'line'
+---@return string
+function M.next_piece(rest, unit)
+  if unit == 'line' then
+    return rest:match('^\n?[^\n]*') or rest
+  end
+  return rest:match('^%s*[%w_]+') or rest:match('^%s*[^%w_%s]+') or rest
+end
+
 return M
