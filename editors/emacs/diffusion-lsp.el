@@ -604,7 +604,7 @@ known; nil when none is pending.  Drafts are shown only for it.")
       (insert text))))
 
 (defun diffusion-lsp--next-piece (rest unit)
-  "The start of REST, a suggestion's text still to insert, that accepting UNIT takes.
+  "The start of REST, the ghost text still to insert, that accepting UNIT takes.
 UNIT `word': white space, then a run of word characters (or of other
 non-blank characters); `line': the rest of the line, or, when REST
 starts a new line, that line break and the line after it.  As VS Code's
@@ -639,8 +639,8 @@ Without ghost text, move forward a word."
     (forward-word)))
 
 (defun diffusion-lsp-inline-accept-line ()
-  "Insert the rest of the ghost text's line (or its next line); the rest stays shown.
-Without ghost text, move to the end of the line."
+  "Insert the rest of the ghost text's line, or its next line.
+The rest stays shown.  Without ghost text, move to the end of the line."
   (interactive)
   (if (and diffusion-lsp--ghost (overlay-buffer diffusion-lsp--ghost))
       (diffusion-lsp--accept-part 'line)
