@@ -75,8 +75,18 @@ class Heal:
 def split_line(line: str, piece_start: int) -> tuple[str, str] | None:
     """(the start of the cursor's line given as the fill's start, the characters the fill
     must spell first) for middle priming, or None where the line is not primed: a last
-    piece that is not ASCII (a token of part of a character could not spell it)."""
+    piece that is not ASCII (a token of part of a character could not spell it).
+
+    A last piece of blanks (the indentation of a line with nothing on it yet) keeps all
+    but its last blank: a word typed after blanks takes the last one (` else` after the
+    indentation's other spaces: the pre-tokenizers of GPT-style vocabularies split
+    blanks before a word so), and the fill then starts with such a word, as the model
+    saw indented lines written. Held to spell the whole run instead, the model may
+    choose short runs of blanks, one after another, past the indentation (measured on
+    the held-out eval: docs/models.md)."""
     kept, tail = line[:piece_start], line[piece_start:]
+    if len(tail) > 1 and not tail.strip():
+        kept, tail = line[:-1], line[-1:]
     if not tail.isascii():
         return None
     return kept, tail

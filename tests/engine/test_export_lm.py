@@ -135,6 +135,10 @@ def test_typing_on_a_primed_line_reads_only_what_was_typed(exported: dict[tuple[
         written = model.tokenizer.decode(best.token_ids)
         assert best.text.strip() and written.endswith(best.text)
         assert written.startswith(" retu") == primed  # the piece typed so far, spelled by the fill
+    # at a line's start nothing is typed on it: the same prompt, so the same fill
+    start = InfillRequest(prefix="def add(a, b):\n", suffix=suffix, min_tokens=2)
+    fills = [local_engine(model, FillOptions(canvas_tokens=8, middle_priming=p)).fill(start) for p in (True, False)]
+    assert fills[0].text == fills[1].text and fills[0].context_tokens == fills[1].context_tokens
 
 
 def test_the_greedy_fill_in_8_bits_is_the_float_fill_on_most_contexts(exported: dict[tuple[str, str], Path]) -> None:

@@ -96,6 +96,8 @@ def test_where_the_line_is_split() -> None:
     assert tok.last_piece_start("x = foo") == 3
     assert tok.last_piece_start("") == 0
     assert split_line("    retu", 3) == ("   ", " retu")
+    assert split_line("        ", 0) == ("       ", " ")  # blanks alone: the last goes with the word to come
+    assert split_line("\t\t", 0) == ("\t", "\t")
     assert split_line("    s = 'é", 9) is None  # a piece with a character no token may spell alone
 
 
