@@ -15,7 +15,9 @@ What is generated, and where:
 - editors/nvim/doc/diffusion_lsp.txt: the body of the `*diffusion-lsp-settings*` section, from
   its tag line to the next rule (Vim help has no comments to mark it);
 - the settings tables of docs/server.md, docs/remote.md (the remote engine's settings) and the
-  editors' READMEs.
+  editors' READMEs;
+- README.md's table of backends, from the backend table (engine/models/table.py), between
+  `backends:begin` and `backends:end`.
 
 Every other region lies between a line holding `settings:begin` and one holding
 `settings:end`, comments in the syntax of its file. The descriptions are plain text with `code` in backticks:
@@ -33,6 +35,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from engine.models.table import TABLE
 
 from .settings import OPTIONS, Client, Option, Settings, schema_property
 
@@ -369,14 +373,29 @@ def nvim_help(options: Sequence[Option]) -> list[str]:
 # ---- regions ----
 
 
-def _between_markers(text: str, body: list[str], path: str) -> str:
-    """`text` with the lines between its settings:begin and settings:end lines replaced."""
+def _between_markers(text: str, body: list[str], path: str, name: str = "settings") -> str:
+    """`text` with the lines between its `name`:begin and `name`:end lines replaced."""
     lines = text.split("\n")
-    begin = [i for i, line in enumerate(lines) if "settings:begin" in line]
-    end = [i for i, line in enumerate(lines) if "settings:end" in line]
+    begin = [i for i, line in enumerate(lines) if f"{name}:begin" in line]
+    end = [i for i, line in enumerate(lines) if f"{name}:end" in line]
     if len(begin) != 1 or len(end) != 1 or end[0] < begin[0]:
-        raise ValueError(f"{path}: expected one settings:begin line and one settings:end line after it")
+        raise ValueError(f"{path}: expected one {name}:begin line and one {name}:end line after it")
     return "\n".join([*lines[: begin[0] + 1], *body, *lines[end[0] :]])
+
+
+def backends_table(_options: Sequence[Option] = ()) -> list[str]:
+    """The README's table of the checkpoints each backend loads, from the backend table
+    (engine/models/table.py), one row per kind of checkpoint."""
+    rows = []
+    for r in TABLE:
+        types = ", ".join(f"`{t}`" for t in r.model_types)
+        weights = ", ".join(f"`{q}`" for q in r.quantizations)
+        extra = "; `export-onnx` makes an `onnx` directory of it" if r.exports else ""
+        what_, _, command = r.needs.partition(": ")
+        install = "the base install" if not r.needs else f"{what_}: `{command}`" if command else what_
+        what = r.kind + (f" ({r.released})" if r.released else "") + extra
+        rows.append([f"`{r.name}`", types, what, weights, install])
+    return _table(["backend", "model_type", "checkpoints", "weights", "needs"], rows)
 
 
 def _help_section(text: str, body: list[str], path: str) -> str:
@@ -410,6 +429,7 @@ TARGETS: tuple[Target, ...] = (
     _region("editors/vscode/README.md", vscode_table),
     _region("editors/emacs/README.md", emacs_table),
     _region("editors/nvim/README.md", nvim_table),
+    Target("README.md", lambda text, _o: _between_markers(text, backends_table(), "README.md", "backends")),
 )
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from engine.decoding import STRATEGIES
-from engine.models.table import BACKENDS, QUANTIZATIONS
+from engine.models.table import BACKENDS, QUANTIZATIONS, kinds, quantized_rows
 from engine.remote.generator import DIALECTS
 
 
@@ -41,7 +41,7 @@ class Settings:
     one_line_while_typing: bool = True  # ghost text shown unasked is one line; the next comes after Tab
     end_where_unsure: bool = True  # ghost text shown unasked ends before its first token below minConfidence
     middle_priming: bool = True  # the cursor's line as the fill's start: a keystroke appends to the cached context
-    quantization: str = "none"  # DiffusionGemma checkpoints: "int8" or "4bit" weights
+    quantization: str = "none"  # the transformers backends' checkpoints: "int8" or "4bit" weights
     # a remote engine (docs/remote.md): set `endpoint` and the fills come from it
     endpoint: str | None = None  # http(s) URL of the inference server; None: the local model
     dialect: str = "vllm"
@@ -114,10 +114,7 @@ OPTIONS: tuple[Option, ...] = (
         "model",
         "string",
         nullable=True,
-        description=(
-            "Model directory. A model of the embedded architecture, a DiffusionGemma checkpoint, or a Dream,"
-            " Qwen2 or Llama checkpoint (run by the `dream` backend)."
-        ),
+        description=f"Model directory, holding one of these checkpoints (the backend that runs it): {kinds()}.",
         unset="the shipped model",
         path=True,
     ),
@@ -129,8 +126,9 @@ OPTIONS: tuple[Option, ...] = (
         "string",
         choices=QUANTIZATIONS,
         description=(
-            "DiffusionGemma checkpoints: `int8` or `4bit` weights (experts included) for a GPU that cannot hold"
-            " them in bfloat16; the memory needed is checked before loading (docs/gpu.md)."
+            f"Weights in {' or '.join(f'`{q}`' for q in QUANTIZATIONS[1:])} (a mixture's experts included), for a GPU"
+            f" that cannot hold the checkpoint in bfloat16. For these checkpoints: {kinds(quantized_rows(), False)}."
+            " The memory needed is checked before loading (docs/gpu.md)."
         ),
     ),
     Option(

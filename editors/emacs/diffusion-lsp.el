@@ -87,9 +87,10 @@ listed here is served by diffusion-lsp instead of its usual server."
 
 ;; settings:begin: generated from lsp_server/settings.py by lsp_server/gen_settings.py
 (defcustom diffusion-lsp-model nil
-  "Model directory.
-A model of the embedded architecture, a DiffusionGemma checkpoint, or
-a Dream, Qwen2 or Llama checkpoint (run by the `dream' backend).
+  "Model directory, holding one of these checkpoints (the backend that
+runs it): embedded-architecture (onnx, torch); exported Qwen2, Llama
+or Dream (onnx); DiffusionGemma (diffusion_gemma); Dream, Qwen2 or
+Llama (dream); LLaDA (llada); Fast-dLLM v2 or SDAR (block_causal).
 A directory; nil: the shipped model."
   :type '(choice (const :tag "The shipped model" nil) directory))
 
@@ -108,9 +109,10 @@ A string; nil: the server's default (\"cpu\")."
   :type '(choice (const :tag "Server default" nil) string))
 
 (defcustom diffusion-lsp-quantization nil
-  "DiffusionGemma checkpoints: `int8' or `4bit' weights (experts
-included) for a GPU that cannot hold them in bfloat16; the memory
-needed is checked before loading (docs/gpu.md).
+  "Weights in `int8' or `4bit' (a mixture's experts included), for a GPU
+that cannot hold the checkpoint in bfloat16.  For these checkpoints:
+DiffusionGemma; Dream, Qwen2 or Llama; LLaDA; Fast-dLLM v2 or SDAR.
+The memory needed is checked before loading (docs/gpu.md).
 One of \"none\", \"int8\", \"4bit\"; nil: the server's default (\"none\")."
   :type '(choice (const :tag "Server default" nil)
                  (const "none") (const "int8") (const "4bit")))

@@ -33,7 +33,7 @@ from engine.decoding import STRATEGIES, SamplerConfig
 from engine.errors import EngineError, InputError
 from engine.models.directory import DEFAULT_MODEL_DIR
 from engine.models.folder import DEFAULT_DEADLINE_MS
-from engine.models.table import BACKENDS, QUANTIZATIONS
+from engine.models.table import BACKENDS, EXPORTED, QUANTIZATIONS, kinds, quantized_rows
 from engine.spans import language_for
 from fill_server.config import DEFAULT_HOST, DEFAULT_MAX_BODY, DEFAULT_PORT, DEFAULT_QUEUE
 
@@ -371,13 +371,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="model directory (default: the models folder's best model measured on this machine, "
         "as the language server picks it, else the shipped model)",
     )
-    common.add_argument("--backend", choices=BACKENDS, default="auto")
+    common.add_argument(
+        "--backend", choices=BACKENDS, default="auto", help=f"auto: the one that loads the checkpoint; {kinds()}"
+    )
     common.add_argument("--device", type=_device, default="cpu", help="cpu, cuda, cuda:N or mps (Apple's GPU)")
     common.add_argument(
         "--quantization",
         choices=QUANTIZATIONS,
         default="none",
-        help="transformers checkpoints (DiffusionGemma, Dream, Qwen2, Llama): int8 or 4bit weights "
+        help=f"int8 or 4bit weights for these checkpoints: {kinds(quantized_rows(), False)} "
         "(the memory needed is checked before loading)",
     )
     common.add_argument("-v", "--verbose", action="store_true")
@@ -529,7 +531,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--quantize",
         choices=("int4", "int8", "none"),
         default="int8",
-        help="a Qwen2, Llama or Dream checkpoint's weights in 8 bits (the default: as good as float32 on the "
+        help=f"a checkpoint's weights ({', '.join(EXPORTED)}) in 8 bits (the default: as good as float32 on the "
         "held-out eval), 4 (faster, but measured worse: docs/models.md), or float32",
     )
     x.set_defaults(func=_lazy("engine.training.cli", "cmd_export"))

@@ -46,15 +46,9 @@ from typing import Any
 
 from engine.errors import EngineError
 from engine.models.folder import models_folder
-from engine.models.table import (
-    AUTOREGRESSIVE_MODEL_TYPES,
-    BLOCK_CAUSAL_MODEL_TYPES,
-    DG_MODEL_TYPE,
-    DREAM_MODEL_TYPES,
-    LLADA_MODEL_TYPE,
-)
+from engine.models.table import EXPORTED, PULLED, described
 
-READY_TYPES = (*DREAM_MODEL_TYPES, *AUTOREGRESSIVE_MODEL_TYPES)  # exported and timed after a pull (--ready)
+READY_TYPES = EXPORTED  # exported and timed after a pull (--ready): what export-onnx takes
 
 CONFIG_FILE = "config.json"
 WEIGHTS_SUFFIX = ".safetensors"
@@ -77,19 +71,6 @@ NOTICE_PREFIXES = ("LICENSE", "LICENCE", "NOTICE")  # licence texts: LICENSE, LI
 NOTICE_SUFFIXES = ("", ".txt", ".md")
 STALE_PARTIAL_S = 600  # a partial download untouched this long is left over from a killed pull
 
-# the model_types the backend table (engine/models/table.py) loads, and what each is
-DREAM = "the Dream family (Dream, DiffuCoder, Dream-Coder, DreamOn), the dream backend"
-ADAPT = (
-    "an autoregressive model the dream backend runs; "
-    "`diffusion-infill adapt` trains it into a Dream-architecture infiller"
-)
-FAMILIES: dict[str, str] = {
-    DG_MODEL_TYPE: "DiffusionGemma, the diffusion_gemma backend",
-    **dict.fromkeys(DREAM_MODEL_TYPES, DREAM),
-    **dict.fromkeys(AUTOREGRESSIVE_MODEL_TYPES, ADAPT),
-    LLADA_MODEL_TYPE: "LLaDA (8B Base, Instruct), the llada backend",
-    **dict.fromkeys(BLOCK_CAUSAL_MODEL_TYPES, "block diffusion (Fast-dLLM v2, SDAR), the block_causal backend"),
-}
 
 _REPO_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"  # as the Hub: 1-96 characters, ends not . or -
 _REPO_ID = re.compile(rf"({_REPO_PART})/({_REPO_PART})")
@@ -158,9 +139,9 @@ def family(config: Mapping[str, Any] | None, repo_id: str, force: bool) -> str:
     """What the checkpoint is for the engine, from its config.json (None: it has none);
     PullError for a model_type the engine does not load, unless forced."""
     model_type = config.get("model_type") if config is not None else None
-    if isinstance(model_type, str) and model_type in FAMILIES:
-        return f"model_type {model_type}: {FAMILIES[model_type]}"
-    known = ", ".join(FAMILIES)
+    if isinstance(model_type, str) and model_type in PULLED:
+        return f"model_type {model_type}: {described(model_type)}"
+    known = ", ".join(PULLED)
     if config is None:
         what = f"no {CONFIG_FILE}"
     else:

@@ -42,6 +42,9 @@ class Backend:
     kind: str  # its checkpoints in words, for errors
     quantizations: tuple[str, ...] = (NO_QUANTIZATION,)
     needs: str = ""  # what to install when its module does not import ("" : the base install)
+    released: str = ""  # released checkpoints of its kind, by name, for `pull` and the docs
+    pulled: bool = True  # `pull` takes its checkpoints from the Hub (not: what this project makes)
+    exports: tuple[str, ...] = ()  # the model_types `export-onnx` turns into an onnx_lm directory
 
     @property
     def a_kind(self) -> str:
@@ -50,9 +53,31 @@ class Backend:
 
 
 TABLE: tuple[Backend, ...] = (
-    Backend("onnx", "engine.denoisers.onnx:load_dir", (EMBEDDED_MODEL_TYPE,), "embedded-architecture"),
-    Backend("onnx", "engine.denoisers.onnx_lm:load_dir", (ONNX_LM_MODEL_TYPE,), "exported Qwen2, Llama or Dream"),
-    Backend("torch", "engine.denoisers.torch:load_dir", (EMBEDDED_MODEL_TYPE,), "embedded-architecture", needs=TORCH),
+    Backend(
+        "onnx",
+        "engine.denoisers.onnx:load_dir",
+        (EMBEDDED_MODEL_TYPE,),
+        "embedded-architecture",
+        released="the shipped model",
+        pulled=False,
+    ),
+    Backend(
+        "onnx",
+        "engine.denoisers.onnx_lm:load_dir",
+        (ONNX_LM_MODEL_TYPE,),
+        "exported Qwen2, Llama or Dream",
+        released="`export-onnx` and `pull --ready` make it",
+        pulled=False,
+    ),
+    Backend(
+        "torch",
+        "engine.denoisers.torch:load_dir",
+        (EMBEDDED_MODEL_TYPE,),
+        "embedded-architecture",
+        needs=TORCH,
+        released="the shipped model",
+        pulled=False,
+    ),
     Backend(
         "diffusion_gemma",
         "engine.denoisers.diffusion_gemma:load_dir",
@@ -60,6 +85,7 @@ TABLE: tuple[Backend, ...] = (
         "DiffusionGemma",
         quantizations=WEIGHT_QUANTIZATIONS,
         needs="torch and transformers>=5.23: pip install 'diffusion-lsp[torch]'",
+        released="DiffusionGemma 26B",
     ),
     Backend(
         "dream",
@@ -68,6 +94,8 @@ TABLE: tuple[Backend, ...] = (
         "Dream, Qwen2 or Llama",
         quantizations=WEIGHT_QUANTIZATIONS,
         needs="torch and transformers: pip install 'diffusion-lsp[torch]'",
+        released="Dream-v0, DiffuCoder, Dream-Coder, DreamOn, Qwen2.5-Coder",
+        exports=(*DREAM_MODEL_TYPES, *AUTOREGRESSIVE_MODEL_TYPES),
     ),
     Backend(
         "llada",
@@ -76,6 +104,7 @@ TABLE: tuple[Backend, ...] = (
         "LLaDA",
         quantizations=WEIGHT_QUANTIZATIONS,
         needs="torch and transformers: pip install 'diffusion-lsp[torch]'",
+        released="LLaDA 8B Base and Instruct",
     ),
     Backend(
         "block_causal",
@@ -84,6 +113,7 @@ TABLE: tuple[Backend, ...] = (
         "Fast-dLLM v2 or SDAR",
         quantizations=WEIGHT_QUANTIZATIONS,
         needs="torch and transformers: pip install 'diffusion-lsp[torch]'",
+        released="Fast-dLLM v2, SDAR",
     ),
 )
 
@@ -91,6 +121,32 @@ BACKENDS: tuple[str, ...] = (AUTO, *dict.fromkeys(row.name for row in TABLE))  #
 QUANTIZATIONS: tuple[str, ...] = tuple(dict.fromkeys(q for row in TABLE for q in row.quantizations))
 # {model_type: the row `auto` picks}
 LOADERS: dict[str, Backend] = {t: row for row in reversed(TABLE) for t in row.model_types}
+# {model_type: the row that loads it}, for the checkpoints `pull` takes from the Hub
+PULLED: dict[str, Backend] = {t: LOADERS[t] for row in TABLE if row.pulled for t in row.model_types}
+EXPORTED: tuple[str, ...] = tuple(dict.fromkeys(t for row in TABLE for t in row.exports))  # export-onnx takes
+
+
+def kinds(rows: tuple[Backend, ...] = TABLE, backends: bool = True) -> str:
+    """The checkpoints `rows` load, each kind once, with its backends, for lists in
+    words: "embedded-architecture (onnx, torch); exported Qwen2, Llama or Dream (onnx); ..."."""
+    names: dict[str, list[str]] = {}
+    for r in rows:
+        names.setdefault(r.kind, [])
+        if r.name not in names[r.kind]:
+            names[r.kind].append(r.name)
+    return "; ".join(f"{k} ({', '.join(n)})" if backends else k for k, n in names.items())
+
+
+def quantized_rows() -> tuple[Backend, ...]:
+    """The rows whose checkpoints load in fewer bits."""
+    return tuple(r for r in TABLE if len(r.quantizations) > 1)
+
+
+def described(model_type: str) -> str:
+    """What a model_type `pull` takes is, for its message: "Dream, Qwen2 or Llama
+    (Dream-v0, ...), the dream backend"."""
+    r = PULLED[model_type]
+    return f"{r.kind}" + (f" ({r.released})" if r.released else "") + f", the {r.name} backend"
 
 
 def row(name: str, model_type: object = None) -> Backend:

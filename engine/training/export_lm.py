@@ -46,7 +46,7 @@ from torch import nn
 from engine.denoisers.onnx import kv_names
 from engine.errors import ModelLoadError
 from engine.models.directory import CONFIG_FILE, GENERATION_FILE, LM_GRAPH_FILE, TOKENIZER_FILE, read_config, require
-from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES, DREAM_MODEL_TYPES, ONNX_LM_MODEL_TYPE
+from engine.models.table import EXPORTED, ONNX_LM_MODEL_TYPE
 
 OPSET = 17
 QUANTIZE = ("int4", "int8", "none")
@@ -156,7 +156,7 @@ def export_lm(source: Path, out: Path, quantize: str = "int8") -> Path:
         raise ModelLoadError(f"--quantize must be one of {', '.join(QUANTIZE)}; got {quantize!r}")
     cfg = read_config(source)
     model_type = cfg.get("model_type")
-    if model_type not in (*DREAM_MODEL_TYPES, *AUTOREGRESSIVE_MODEL_TYPES):
+    if model_type not in EXPORTED:
         raise ModelLoadError(f"{source} is not a Qwen2, Llama or Dream checkpoint (model_type {model_type!r})")
     require(source, TOKENIZER_FILE)
     hf = load_causal_model(source, cfg, "cpu", torch.float32)

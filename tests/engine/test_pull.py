@@ -684,13 +684,14 @@ def test_sizes_read_as_the_hub_shows_them(n: int, text: str) -> None:
 @pytest.mark.parametrize(
     ("config", "force", "said"),
     [
-        ({"model_type": "diffusion_gemma"}, False, "DiffusionGemma"),
-        ({"model_type": "Dream"}, False, "Dream family"),
-        ({"model_type": "llama"}, False, "diffusion-infill adapt"),
-        ({"model_type": "llada"}, False, "LLaDA (8B Base, Instruct), the llada backend"),
-        ({"model_type": "Fast_dLLM_Qwen"}, False, "block diffusion (Fast-dLLM v2, SDAR), the block_causal backend"),
-        ({"model_type": "sdar"}, False, "block diffusion (Fast-dLLM v2, SDAR), the block_causal backend"),
-        ({"model_type": "bert"}, False, "has model_type 'bert'; diffusion-lsp loads diffusion_gemma, Dream, dream, qwen2, llama"),
+        ({"model_type": "diffusion_gemma"}, False, "model_type diffusion_gemma: DiffusionGemma (DiffusionGemma 26B), the diffusion_gemma backend"),
+        ({"model_type": "Dream"}, False, "Dream, Qwen2 or Llama (Dream-v0, DiffuCoder, Dream-Coder, DreamOn, Qwen2.5-Coder), the dream backend"),
+        ({"model_type": "llama"}, False, "the dream backend"),
+        ({"model_type": "llada"}, False, "LLaDA (LLaDA 8B Base and Instruct), the llada backend"),
+        ({"model_type": "Fast_dLLM_Qwen"}, False, "Fast-dLLM v2 or SDAR (Fast-dLLM v2, SDAR), the block_causal backend"),
+        ({"model_type": "sdar"}, False, "Fast-dLLM v2 or SDAR (Fast-dLLM v2, SDAR), the block_causal backend"),
+        ({"model_type": "bert"}, False, "has model_type 'bert'; diffusion-lsp loads diffusion_gemma, Dream, dream, qwen2, llama, llada, Fast_dLLM_Qwen, sdar"),
+        ({"model_type": "diffusion_coder"}, False, "has model_type 'diffusion_coder'"),  # what this project makes, never pulled
         ({}, False, "has no model_type in config.json"),
         (None, False, "has no config.json"),
         ({"model_type": "bert"}, True, "model_type 'bert': not one diffusion-lsp loads (pulled because of --force)"),

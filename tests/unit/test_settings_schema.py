@@ -16,7 +16,7 @@ from lsp_server.settings import OPTIONS, SCHEMA, Settings, parse_settings
 from ..conftest import ROOT
 
 KEYS = [o.key for o in OPTIONS]
-GENERATED = [t.path for t in gen_settings.TARGETS]
+GENERATED = [t.path for t in gen_settings.TARGETS if t.path != "README.md"]  # README's region: the backend table
 
 
 def test_every_setting_has_one_description() -> None:
@@ -58,7 +58,7 @@ def test_a_changed_description_makes_the_generated_files_stale() -> None:
 
 
 def test_main_check_names_each_stale_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    for path in GENERATED:
+    for path in [t.path for t in gen_settings.TARGETS]:
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text((ROOT / path).read_text(encoding="utf-8"), encoding="utf-8")
     assert gen_settings.main(["--check", "--root", str(tmp_path)]) == 0
