@@ -444,6 +444,8 @@ def main() -> int:
         "pace_ms": args.pace_ms,
         "pause_ms": args.pause_ms,
         "pause_after": "\\n" + args.pause_after,
+        "model": str(args.model) if args.model else None,
+        "settings": args.settings,  # over the server's defaults
     }
     for mode in modes:
         if mode == "llama":
