@@ -109,7 +109,7 @@ class InfillResult:
     denoise_ms: float = 0.0
     drafted: int = 0  # canvas positions proposed by the drafter or the warm start
     warm_start: bool = False
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # set by the engine: its Job's, which generators write to
     canvas_tokens: int = 0  # the fill's budget: the longest it could be
     fitted_tokens: int = 0  # the canvas the length head sized within it (0: not sized)
     span: str | None = None  # the span kind that sized it (engine.spans.SpanKind); None without a language
@@ -140,7 +140,8 @@ class FillLimits:
 @dataclass
 class Job:
     """One fill for a generator: the request, its planned span and budget, the options
-    and the control; `warnings` collects what the user should be told."""
+    and the control; `warnings` collects what the user should be told, the one channel for
+    it: the engine, the generator and its backend append here, and the result carries it."""
 
     request: InfillRequest
     options: FillOptions
@@ -272,7 +273,7 @@ class Engine:
         for c in cands:
             log.debug("fill %r: confidence %s", c.text, c.score)
         result.span = plan.span.kind if plan is not None else None
-        result.warnings = warnings + [w for w in result.warnings if w not in warnings]
+        result.warnings = warnings  # the one channel: the job's list, which the generator wrote to too
         for w in warnings:
             log.warning("%s", w)
         return result

@@ -121,7 +121,7 @@ class RemoteGenerator:
             if isinstance(exc, Unreachable):  # a pause before the next request
                 self._backoff.fail(str(exc))
             result.stop_reason, result.error = "error", str(exc)
-            result.warnings.append(str(exc))
+            job.warnings.append(str(exc))
             return result
         finally:
             result.denoise_ms = (time.perf_counter() - t0) * 1000
