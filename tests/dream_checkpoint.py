@@ -25,6 +25,17 @@ TEXT = [
 UNUSED_ROWS = 8  # embedding rows past the tokenizer, as Qwen's padded vocabulary has
 
 
+# the generation_config.json Dream-v0 publishes (its fields as the dream backend reads them)
+DREAM_GENERATION = {
+    "alg": "entropy",
+    "alg_temp": 0.0,
+    "steps": 128,
+    "temperature": 0.2,
+    "top_p": 0.95,
+    "max_new_tokens": 256,
+}
+
+
 def tokenizer(specials: list[str] = SPECIALS) -> Any:
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import decoders, models, pre_tokenizers, trainers

@@ -22,14 +22,14 @@ from engine.errors import ModelLoadError  # noqa: E402
 from engine.fill import FillOptions, InfillRequest  # noqa: E402
 from engine.local.generator import local_engine  # noqa: E402
 from engine.models.table import TABLE  # noqa: E402
-from tests.engine.test_diffusion_gemma import CANVAS, _checkpoint_dir, tiny_config  # noqa: E402
+from tests.dg_checkpoint import CANVAS, checkpoint_dir, tiny_config  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch.manual_seed(0)
     model = DiffusionGemmaForBlockDiffusion(tiny_config()).eval()
-    return _checkpoint_dir(model, tmp_path_factory.mktemp("dg-quant"))
+    return checkpoint_dir(model, tmp_path_factory.mktemp("dg-quant"))
 
 
 @pytest.mark.parametrize(("q", "tolerance"), [("int8", 0.01), ("4bit", 0.15)])

@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("transformers.models.diffusion_gemma")
 
-from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion  # noqa: E402
+from transformers import DiffusionGemmaForBlockDiffusion  # noqa: E402
 from transformers.models.diffusion_gemma.generation_diffusion_gemma import (  # noqa: E402
     EntropyBoundSamplerConfig,
     LinearTemperatureScheduleLogitsProcessor,
@@ -34,45 +34,7 @@ from engine.denoisers.diffusion_gemma import (  # noqa: E402
     TorchRandomSource,
 )
 from engine.local import sampler as S  # noqa: E402
-
-VOCAB = 256
-CANVAS = 16
-WINDOW = 8
-
-
-def tiny_config() -> DiffusionGemmaConfig:
-    text = dict(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=3,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        global_head_dim=16,
-        max_position_embeddings=512,
-        sliding_window=WINDOW,
-        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
-        num_experts=4,
-        top_k_experts=2,
-        moe_intermediate_size=16,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=2,
-        initializer_range=0.3,  # peaked logits: the entropy bound accepts varying numbers of tokens
-    )
-    vision = dict(
-        model_type="gemma4_vision",
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        head_dim=8,
-        position_embedding_size=64,
-        patch_size=4,
-    )
-    return DiffusionGemmaConfig(text_config=text, vision_config=vision, canvas_length=CANVAS, initializer_range=0.3)
+from tests.dg_checkpoint import CANVAS, VOCAB, checkpoint_dir, tiny_config  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -475,31 +437,12 @@ def test_import_without_transformers_says_how_to_install(monkeypatch: pytest.Mon
         importlib.import_module("engine.denoisers.diffusion_gemma")
 
 
-def _checkpoint_dir(model: Any, root: Path) -> Path:
-    """A DiffusionGemma checkpoint directory as a user would have one: config, safetensors,
-    and a tokenizer.json whose special tokens use Gemma's names."""
-    from tokenizers import Tokenizer as HFTokenizer
-    from tokenizers import decoders, models, pre_tokenizers, trainers
-
-    model.save_pretrained(root, safe_serialization=True)
-    hf = HFTokenizer(models.BPE())
-    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    hf.decoder = decoders.ByteLevel()
-    specials = ["<pad>", "<eos>", "<bos>", "<|fim_suffix|>", "<|fim_prefix|>", "<|fim_middle|>"]
-    hf.train_from_iterator(
-        ["def f(x):\n    return x + 1\n"] * 20, trainers.BpeTrainer(vocab_size=120, special_tokens=specials)
-    )
-    assert hf.get_vocab_size() <= VOCAB
-    hf.save(str(root / "tokenizer.json"))
-    return root
-
-
 def test_infill_runs_end_to_end_on_a_checkpoint_directory(model: Any, tmp_path: Path) -> None:
     from engine.denoisers.loading import load_model
     from engine.fill import FillOptions, InfillRequest
     from engine.local.generator import LocalGenerator, local_engine
 
-    root = _checkpoint_dir(model, tmp_path / "dg")
+    root = checkpoint_dir(model, tmp_path / "dg")
     loaded = load_model(root)
     assert loaded.backend == "diffusion_gemma"
     assert loaded.tokenizer.special.eof == 1 and loaded.tokenizer.special.pad == 0
@@ -521,7 +464,7 @@ def test_infill_runs_end_to_end_on_a_checkpoint_directory(model: Any, tmp_path: 
 def test_a_tokenizer_with_other_special_ids_is_refused(model: Any, tmp_path: Path) -> None:
     from engine.denoisers.loading import load_model
 
-    root = _checkpoint_dir(model, tmp_path / "dg")
+    root = checkpoint_dir(model, tmp_path / "dg")
     data = json.loads((root / "tokenizer.json").read_text())
     for tok in data["added_tokens"]:  # swap the ids of <pad> and <eos>
         tok["content"] = {"<pad>": "<eos>", "<eos>": "<pad>"}.get(tok["content"], tok["content"])

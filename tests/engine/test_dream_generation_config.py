@@ -16,7 +16,7 @@ from engine.fill import FillOptions, InfillRequest  # noqa: E402
 from engine.local.generator import local_engine  # noqa: E402
 from engine.models.directory import GENERATION_FILE  # noqa: E402
 from tests import dream_checkpoint  # noqa: E402
-from tests.unit.test_generation_config import DREAM  # noqa: E402
+from tests.dream_checkpoint import DREAM_GENERATION as DREAM  # noqa: E402
 
 
 def test_the_dream_backend_takes_them_under_its_own_config(tmp_path: Path) -> None:

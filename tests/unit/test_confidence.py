@@ -19,7 +19,7 @@ from engine.denoisers.loading import LoadedModel
 from engine.fill import FillOptions, InfillRequest
 from engine.local.generator import local_engine
 from engine.local.sampler import log_softmax, sequence_logprob, token_logprobs
-from tests.unit.test_verify import EOF, MASK, MID, NL, PAD, STATE, TwoModes
+from tests.fakes import EOF, MASK, MID, NL, PAD, STATE, TwoModes
 
 TARGET = [6, 7, 8]  # the one-token mode's greedy fill: "ghi"
 ALLOWED = 14  # tokens the one-token mode may choose: the vocabulary less the mask and the middle marker

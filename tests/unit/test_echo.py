@@ -12,7 +12,7 @@ from engine.denoisers.base import EncodedContext
 from engine.denoisers.onnx import NumpyRandomSource
 from engine.local.echo import Echo
 from engine.local.sampler import Steering, run_autoregressive
-from tests.unit.test_sampler import EOF, PAD, FakeAutoregressive
+from tests.fakes import EOF, PAD, FakeAutoregressive
 
 
 class Pieces:

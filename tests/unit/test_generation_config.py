@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from engine.models.directory import GENERATION_FILE, decoding_defaults
+from tests.dream_checkpoint import DREAM_GENERATION as DREAM
 
-DREAM = {"alg": "entropy", "alg_temp": 0.0, "steps": 128, "temperature": 0.2, "top_p": 0.95, "max_new_tokens": 256}
 LLADA = {"steps": 128, "block_length": 32, "remasking": "low_confidence", "temperature": 0.0}
 
 

@@ -4,16 +4,15 @@ split between the prompt and those characters."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from engine.decoding import SamplerConfig
-from engine.denoisers.base import DenoiserInfo, EncodedContext
+from engine.denoisers.base import EncodedContext
 from engine.denoisers.onnx import NumpyRandomSource
 from engine.local.heal import Heal, Spelling, split_line
 from engine.local.sampler import Steering, run_autoregressive
 from engine.models.tokenizer import train_tokenizer
+from tests.fakes import FakeAutoregressive
 
 # a vocabulary by text: pad, end-of-fill, then pieces ("" is a special token, U+FFFD part of a character)
 TEXTS = ["", "", "a", "ab", "abc", "b", "bc", "x", "y", "ab\ufffd", " ", "  ", " ret", " return", "urn", "u"]
@@ -40,40 +39,8 @@ def test_a_step_says_what_is_left_and_whether_the_token_wrote_only_what_was_give
     assert set(np.flatnonzero(masked > -1e29).tolist()) == {14, 15}
 
 
-class Wants:
-    """One token at a time: after n tokens the logits peak on want[n] (5.0), and give
-    every other token 0, so a barred favourite leaves the others tied."""
-
-    def __init__(self, want: list[int]) -> None:
-        self.info = DenoiserInfo(
-            vocab_size=V,
-            regime="absorbing",
-            eof_id=EOF,
-            pad_id=PAD,
-            mask_id=None,
-            max_positions=64,
-            autoregressive=True,
-        )
-        self.want = want
-
-    def _logits(self, n: int) -> np.ndarray:
-        out = np.zeros(V, dtype=np.float32)
-        out[self.want[n]] = 5.0
-        return out
-
-    def next_logits(self, state: EncodedContext) -> np.ndarray:
-        return self._logits(len(state.token_ids))
-
-    def extend(self, state: EncodedContext, ids: list[int]) -> tuple[EncodedContext, np.ndarray]:
-        st = EncodedContext(token_ids=(*state.token_ids, *ids), payload=None)
-        return st, self._logits(len(st.token_ids))[None]
-
-    def as_array(self, values: Any) -> Any:
-        return np.asarray(values)
-
-
 def _row(want: list[int], heal: Heal | None, min_tokens: int = 0) -> tuple[list[int], list[float]]:
-    den = Wants(want)
+    den = FakeAutoregressive(want, vocab_size=V, mask=None, context=0)
     cfg = SamplerConfig(strategy="autoregressive", min_tokens=min_tokens)
     out = run_autoregressive(den, EncodedContext((), None), 6, cfg, NumpyRandomSource(0), steer=Steering(heal=heal))
     return out.tokens[0].tolist(), out.confidence[0].tolist()

@@ -22,9 +22,7 @@ from engine.local.sampler import (
     select_positions,
     stop_requested,
 )
-
-V = 16
-PAD, EOF, MASK = 0, 1, 15
+from tests.fakes import EOF, MASK, PAD, FakeAutoregressive, V
 
 
 class FakeDenoiser:
@@ -420,38 +418,6 @@ def _cancelled_after(n: int) -> Any:
 def test_stop_requested_says_why_a_loop_stops(cancel: Any, deadline_s: float | None, want: str | None) -> None:
     deadline = None if deadline_s is None else time.monotonic() + deadline_s
     assert stop_requested(cancel, deadline) == want
-
-
-class FakeAutoregressive:
-    """One token at a time: the logits after n decoded tokens peak on target[n]."""
-
-    def __init__(self, target: list[int]) -> None:
-        self.info = DenoiserInfo(
-            vocab_size=V,
-            regime="absorbing",
-            eof_id=EOF,
-            pad_id=PAD,
-            mask_id=MASK,
-            max_positions=512,
-            autoregressive=True,
-        )
-        self.target = target
-        self.context = 2  # tokens in the encoded context
-
-    def _logits(self, decoded: int) -> np.ndarray:
-        out = np.zeros(V, dtype=np.float32)
-        out[self.target[decoded]] = 5.0
-        return out
-
-    def next_logits(self, state: EncodedContext) -> np.ndarray:
-        return self._logits(len(state.token_ids) - self.context)
-
-    def extend(self, state: EncodedContext, ids: list[int]) -> tuple[EncodedContext, np.ndarray]:
-        st = EncodedContext(token_ids=(*state.token_ids, *ids), payload=None)
-        return st, self._logits(len(st.token_ids) - self.context)[None]
-
-    def as_array(self, values: Any) -> Any:
-        return np.asarray(values)
 
 
 def test_the_autoregressive_loop_stops_on_cancel_and_deadline() -> None:
