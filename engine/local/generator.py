@@ -41,6 +41,7 @@ from engine.local.cache import DEFAULT_MAX_BYTES, ContextCache
 from engine.local.echo import Echo
 from engine.local.heal import Heal, Spelling, split_line
 from engine.local.length import DEFAULT_QUANTILE, DEFAULT_SLACK, fitted_length
+from engine.local.one_token import run_autoregressive, token_logprobs
 from engine.local.sampler import (
     SampleResult,
     Steering,
@@ -48,9 +49,7 @@ from engine.local.sampler import (
     initial_canvas,
     log_softmax,
     run,
-    run_autoregressive,
     to_numpy,
-    token_logprobs,
 )
 from engine.local.verify import VerifyStats, run_verified
 from engine.spans.lines import line_end, line_start

@@ -47,7 +47,8 @@ import numpy as np
 
 from engine.decoding import SamplerConfig, StopReason
 from engine.denoisers.base import EncodedContext, Prompt, RandomSource
-from engine.local.sampler import OneToken, SampleResult, Steering, initial_canvas, run, to_numpy
+from engine.local.one_token import OneToken
+from engine.local.sampler import SampleResult, Steering, initial_canvas, run, to_numpy
 
 
 @dataclass

@@ -347,7 +347,7 @@ def test_several_canvas_lengths_are_filled_at_once_and_ranked_by_the_one_token_m
     row's fill ends within its length), the answers ordered by the one-token mode's
     likelihood per token; one quantile is the single fitted canvas, as before."""
     from engine.local.length import fitted_length
-    from engine.local.sampler import sequence_logprob
+    from engine.local.one_token import sequence_logprob
 
     gen = local(engine)
     body = InfillRequest(prefix=BODY_PREFIX, suffix=BODY_SUFFIX, language="python", check_syntax=False)

@@ -11,7 +11,8 @@ from engine.decoding import SamplerConfig
 from engine.denoisers.base import EncodedContext
 from engine.denoisers.onnx import NumpyRandomSource
 from engine.local.echo import Echo
-from engine.local.sampler import Steering, run_autoregressive
+from engine.local.one_token import run_autoregressive
+from engine.local.sampler import Steering
 from tests.fakes import EOF, PAD, FakeAutoregressive
 
 

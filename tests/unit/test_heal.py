@@ -10,7 +10,8 @@ from engine.decoding import SamplerConfig
 from engine.denoisers.base import EncodedContext
 from engine.denoisers.onnx import NumpyRandomSource
 from engine.local.heal import Heal, Spelling, split_line
-from engine.local.sampler import Steering, run_autoregressive
+from engine.local.one_token import run_autoregressive
+from engine.local.sampler import Steering
 from engine.models.tokenizer import train_tokenizer
 from tests.fakes import FakeAutoregressive
 

@@ -13,12 +13,12 @@ import pytest
 from engine.decoding import SamplerConfig
 from engine.denoisers.base import DenoiserInfo, EncodedContext
 from engine.denoisers.onnx import NumpyRandomSource
+from engine.local.one_token import run_autoregressive
 from engine.local.sampler import (
     Steering,
     StepView,
     initial_canvas,
     run,
-    run_autoregressive,
     select_positions,
     stop_requested,
 )
