@@ -304,11 +304,12 @@ class Bench:
 
     def canvas_run(self, den: Any) -> dict[str, Any]:
         """Encode a gen_prompt-token prompt, then a full gen_steps-step canvas with our sampler."""
+        from engine.decoding import SamplerConfig
         from engine.local import sampler as S
 
         sz = self.sizes
         prompt = self.prompt[: sz["gen_prompt"]]
-        cfg = S.SamplerConfig(
+        cfg = SamplerConfig(
             strategy="entropy_bound", max_steps=sz["gen_steps"], entropy_bound=0.1, t_min=0.4, t_max=0.8,
             greedy=False, stability_threshold=1, stop_entropy=1e-9,
         )  # fmt: skip

@@ -42,15 +42,8 @@ from engine.local.echo import Echo
 from engine.local.heal import Heal, Spelling, split_line
 from engine.local.length import DEFAULT_QUANTILE, DEFAULT_SLACK, fitted_length
 from engine.local.one_token import run_autoregressive, token_logprobs
-from engine.local.sampler import (
-    SampleResult,
-    Steering,
-    StepView,
-    initial_canvas,
-    log_softmax,
-    run,
-    to_numpy,
-)
+from engine.local.sampler import initial_canvas, run
+from engine.local.steering import SampleResult, Steering, StepView, log_softmax, to_numpy
 from engine.local.verify import VerifyStats, run_verified
 from engine.spans.lines import line_end, line_start
 

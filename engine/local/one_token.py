@@ -1,6 +1,7 @@
 """The one-token loop: a fill decoded one token at a time through the causal context
 encoder (the denoiser is also an `Autoregressive`), and the likelihood of a given fill in
-that mode. engine/local/sampler.py has the canvas loop and the `Steering` both take.
+that mode. engine/local/sampler.py has the canvas loop, engine/local/steering.py the
+`Steering` both take.
 
 The autoregressive loop, per row (`run_autoregressive`; rows one after the other,
 each in `_one_token_row`):
@@ -25,7 +26,7 @@ import numpy as np
 
 from engine.decoding import SamplerConfig, StopReason
 from engine.denoisers.base import EncodedContext, RandomSource
-from engine.local.sampler import SampleResult, Steering, log_softmax, softmax, to_numpy
+from engine.local.steering import SampleResult, Steering, log_softmax, softmax, to_numpy
 
 
 class OneToken:

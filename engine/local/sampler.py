@@ -10,7 +10,7 @@ Two loops, chosen by the sampler's strategy (a model directory's config.json set
   the autoregressive mode. A canvas of C tokens is denoised against the cached context,
   many tokens per step. A canvas default is planned.
 
-Both loops take the caller's `Steering` alike (greedy rows, per-row temperature,
+Both loops take the caller's `Steering` alike (engine/local/steering.py) (greedy rows, per-row temperature,
 deadline, cancel, a step observer, and for one token at a time the tokens that end a
 row), and stop early on the same check between steps (`Steering.stopped`): the cancel
 callback first, then the deadline.
@@ -34,8 +34,8 @@ The canvas loop, step by step (`run`):
   2. one forward pass of the canvas against the cached context -> logits (B, C, V);
   3. divide by the step's temperature (linear schedule from t_max down to t_min);
   4. draw the denoiser canvas (sampled, or argmax when greedy) and the argmax canvas;
-  5. the strategy picks which positions to accept (entropy bound, confidence
-     threshold, fixed k, low_confidence, or one token left to right), within the row's
+  5. the strategy picks which positions to accept (engine/local/strategies.py: entropy
+     bound, confidence threshold, fixed k, low_confidence, or one token left to right), within the row's
      block (`_Blocks`: with cfg.block_length, LLaDA's semi-autoregressive blocks);
   6. update the canvas by the regime's rule (lock / accept-and-renoise);
   7. for a model that changes its canvas's length (DreamOn's <|expand|> and <|delete|>),
@@ -72,385 +72,28 @@ state is dropped when `run` returns, and what it held with it.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import array_api_compat
 import numpy as np
 
-from engine.decoding import ONE_TOKEN_STRATEGIES, SamplerConfig, StopReason, Strategy
+from engine.decoding import ONE_TOKEN_STRATEGIES, SamplerConfig, StopReason
 from engine.denoisers.base import Denoiser, DenoiserInfo, EncodedContext, RandomSource, StepReuse
-from engine.local.heal import Heal
 from engine.local.resize import Change, Edits, edits_of, remap, row_lengths
+from engine.local.steering import SampleResult, Steering, to_numpy
+from engine.local.strategies import (
+    StableAndConfident,
+    _barred,
+    _Scores,
+    _scores,
+    _scores_at,
+    leftmost_end,
+    pad_after_end,
+    select_positions,
+)
 
 log = logging.getLogger(__name__)
-
-# An entropy larger than any real one (log V < 13 for V = 262,144): marks positions
-# that a strategy must not pick, without the NaNs an infinity would bring into cumsum.
-_NOT_OPEN = 1.0e4
-
-
-@dataclass
-class SampleResult:
-    """The outcome of one denoising run over a batch of canvases (numpy, on the host)."""
-
-    tokens: np.ndarray  # (B, C) int64
-    confidence: np.ndarray  # (B, C) float32: probability of each token when it was chosen
-    steps: int  # forward passes run
-    stop_reason: StopReason
-    row_steps: list[int] = field(default_factory=list)  # forward passes each row needed
-
-
-@dataclass
-class StepView:
-    """What an observer (drafts, tests) sees after each step."""
-
-    step: int
-    argmax_canvas: Any  # (B, C) backend array
-    canvas: Any  # (B, C) backend array
-
-
-# ---------------------------------------------------------------------------- pure parts
-
-
-def to_numpy(x: Any) -> np.ndarray:
-    """Any backend array -> numpy on the host."""
-    if hasattr(x, "detach"):
-        x = x.detach().cpu()
-    return np.asarray(x)
-
-
-def log_softmax(logits: Any) -> Any:
-    """(..., V) -> (..., V) in float32, numerically stable."""
-    xp = array_api_compat.array_namespace(logits)
-    x = xp.astype(logits, xp.float32)
-    shifted = x - xp.max(x, axis=-1, keepdims=True)
-    return shifted - xp.log(xp.sum(xp.exp(shifted), axis=-1, keepdims=True))
-
-
-def softmax(logits: Any) -> Any:
-    """(..., V) -> (..., V) probabilities in float32, computed as torch.softmax does."""
-    xp = array_api_compat.array_namespace(logits)
-    x = xp.astype(logits, xp.float32)
-    e = xp.exp(x - xp.max(x, axis=-1, keepdims=True))
-    return e / xp.sum(e, axis=-1, keepdims=True)
-
-
-def entropy(logp: Any) -> Any:
-    """(..., V) log-probabilities -> (...) entropy in nats."""
-    xp = array_api_compat.array_namespace(logp)
-    return -xp.sum(xp.exp(logp) * logp, axis=-1)
-
-
-def _rank(scores: Any) -> Any:
-    """Rank of each position within its row, ascending (0 = smallest); ties by index."""
-    xp = array_api_compat.array_namespace(scores)
-    return xp.argsort(xp.argsort(scores, axis=-1, stable=True), axis=-1, stable=True)
-
-
-def select_positions(
-    strategy: Strategy,
-    cfg: SamplerConfig,
-    ent: Any,
-    conf: Any,
-    open_: Any,
-    remaining: Any = 1,
-) -> Any:
-    """Which open positions to accept this step: (B, C) bool.
-
-    `ent` and `conf` are the per-position entropy and top probability (B, C); `open_`
-    marks positions the strategy may choose; `remaining` counts the steps left, this one
-    included, for all rows (an int) or per row ((B, 1), each >= 1: the steps left in the
-    row's block); `low_confidence` spreads the open positions over them. Every strategy
-    accepts at least one open position per row, so the absorbing loop always progresses.
-    """
-    xp = array_api_compat.array_namespace(ent)
-    n_open = xp.sum(xp.astype(open_, xp.int64), axis=-1, keepdims=True)  # (B, 1)
-    if strategy == "left_to_right":
-        c = open_.shape[-1]
-        idx = xp.arange(c, device=array_api_compat.device(ent))
-        first = xp.min(xp.where(open_, idx, c), axis=-1, keepdims=True)  # (B, 1)
-        return idx == first
-    if strategy == "entropy_bound":
-        # Sort by entropy; accept the k smallest such that sum(H) - max(H) <= bound
-        # (an upper bound on their mutual information: arXiv 2505.24857).
-        masked = xp.where(open_, ent, _NOT_OPEN)
-        order = xp.argsort(masked, axis=-1, stable=True)
-        sorted_h = xp.take_along_axis(masked, order, axis=-1)
-        before = xp.cumulative_sum(sorted_h, axis=-1) - sorted_h  # sum of smaller ones
-        k = xp.sum(xp.astype(before <= cfg.entropy_bound, xp.int64), axis=-1, keepdims=True)
-    elif strategy == "low_confidence":
-        # LLaDA's generate(remasking='low_confidence'): the most probable first, as many
-        # as spread the open positions evenly over the steps left (ceil(open / left) is
-        # its get_num_transfer_tokens count at every step: base + 1 for the first
-        # `remainder` steps, then base)
-        left = max(remaining, 1) if isinstance(remaining, int) else remaining
-        k = (n_open + (left - 1)) // left
-        masked = xp.where(open_, -conf, _NOT_OPEN)
-    elif strategy == "confidence":
-        k = xp.sum(xp.astype(xp.logical_and(open_, conf >= cfg.confidence_threshold), xp.int64), axis=-1, keepdims=True)
-        masked = xp.where(open_, -conf, _NOT_OPEN)
-    else:  # fixed_k
-        k = xp.full_like(n_open, cfg.k)
-        masked = xp.where(open_, -conf, _NOT_OPEN)
-    k = xp.clip(k, 1, None)
-    k = xp.minimum(k, n_open)
-    return xp.logical_and(_rank(masked) < k, open_)
-
-
-def pad_after_end(canvas: Any, locked: Any, eof_id: int, pad_id: int) -> tuple[Any, Any]:
-    """Absorbing regime: a canvas is fill, end-of-fill, then padding to the end. So every
-    position after a locked end-of-fill or a locked pad becomes locked padding."""
-    xp = array_api_compat.array_namespace(canvas)
-    is_end = xp.logical_and(locked, xp.logical_or(canvas == eof_id, canvas == pad_id))
-    seen = xp.cumulative_sum(xp.astype(is_end, xp.int32), axis=-1)
-    after = (seen - xp.astype(is_end, xp.int32)) > 0  # strictly after the first end
-    canvas = xp.where(after, xp.asarray(pad_id, dtype=canvas.dtype, device=array_api_compat.device(canvas)), canvas)
-    return canvas, xp.logical_or(locked, after)
-
-
-def leftmost_end(pad_lp: Any, open_: Any, threshold: float) -> Any:
-    """(B, C) bool: per row, the leftmost open position whose padding probability
-    (`pad_lp`, (B, C) log-probabilities) reaches `threshold` (none when no position does)."""
-    xp = array_api_compat.array_namespace(pad_lp)
-    sure = xp.logical_and(open_, xp.exp(pad_lp) >= threshold)  # (B, C)
-    c = sure.shape[-1]
-    idx = xp.arange(c, device=array_api_compat.device(pad_lp))
-    first = xp.min(xp.where(sure, idx, c), axis=-1, keepdims=True)  # (B, 1); c when none
-    return idx == first
-
-
-@dataclass
-class _Scores:
-    """Per-position results of one step's logits, each (B, C)."""
-
-    ent: Any  # entropy of the tempered distribution
-    argmax: Any  # its most likely token
-    pred: Any  # the token drawn (the argmax when greedy)
-    top_lp: Any  # log-probability of the argmax
-    pred_lp: Any  # log-probability of the token drawn
-    pad_lp: Any  # log-probability of padding
-    logp: Any | None = None  # (B, C, V) log-probabilities (computed on the whole canvas only)
-
-
-def _barred(proc: Any, suppress: Any | None, early: Any | None, ends: Any | None) -> Any:
-    """`proc` (..., V) with suppressed tokens, and end-of-fill/padding at positions
-    before min_tokens (`early`, proc's shape without V), set to a large negative logit."""
-    xp = array_api_compat.array_namespace(proc)
-    low = xp.asarray(-1.0e30, dtype=proc.dtype, device=array_api_compat.device(proc))
-    if suppress is not None:
-        proc = xp.where(suppress, low, proc)
-    if early is not None and ends is not None:
-        proc = xp.where(xp.logical_and(xp.expand_dims(early, axis=-1), ends), low, proc)
-    return proc
-
-
-def _scores(
-    proc: Any, greedy: Any | None, cfg: SamplerConfig, rng: RandomSource, pad_id: int, exact: bool = True
-) -> _Scores:
-    """Entropy, argmax, the drawn token and their log-probabilities for tempered logits
-    `proc` (B, C, V); `greedy` (broadcasts to (B, C)): positions that take the argmax
-    even when sampling. `exact`: probabilities as torch.softmax computes them (a seeded
-    uniform-regime run reproduces transformers); else exp(log-probabilities), two
-    passes over (B, C, V) fewer."""
-    xp = array_api_compat.array_namespace(proc)
-    logp = log_softmax(proc)
-    argmax = xp.argmax(proc, axis=-1)
-    probs = None if exact else xp.exp(logp)
-    ent = entropy(logp) if probs is None else -xp.sum(probs * logp, axis=-1)
-    if cfg.greedy:
-        pred = argmax
-    else:
-        pred = rng.categorical(softmax(proc) if probs is None else probs)
-        if greedy is not None:
-            pred = xp.where(greedy, xp.astype(argmax, pred.dtype), pred)
-    pred = xp.astype(pred, xp.int64)
-    pred_lp = xp.squeeze(xp.take_along_axis(logp, xp.expand_dims(pred, axis=-1), axis=-1), axis=-1)
-    return _Scores(ent, argmax, pred, xp.max(logp, axis=-1), pred_lp, logp[..., pad_id], logp)
-
-
-def _scores_at(
-    logits: Any,
-    live: Any,
-    canvas: Any,
-    temp: float,
-    row_temperature: Any | None,
-    suppress: Any | None,
-    early: Any | None,
-    ends: Any | None,
-    greedy_rows: Any | None,
-    cfg: SamplerConfig,
-    rng: RandomSource,
-    pad_id: int,
-) -> _Scores:
-    """`_scores` computed at the `live` positions (B, C) only; elsewhere the entropy is
-    0, the argmax and the drawn token are the canvas's, and the log-probabilities are 0
-    (padding: none)."""
-    xp = array_api_compat.array_namespace(logits)
-    dev = array_api_compat.device(logits)
-    b, c, v = logits.shape
-    flat = xp.reshape(live, (-1,))
-
-    def pick(per_position: Any) -> Any:
-        """A (B, C)-broadcastable array at the live positions, as (1, N)."""
-        return xp.reshape(xp.reshape(xp.broadcast_to(per_position, (b, c)), (-1,))[flat], (1, -1))
-
-    proc = xp.reshape(xp.reshape(logits, (b * c, v))[flat], (1, -1, v))  # (1, N, V)
-    if row_temperature is not None:
-        proc = proc / (xp.expand_dims(pick(xp.reshape(row_temperature, (b, 1))), axis=-1) * temp)
-    else:
-        proc = proc / temp
-    proc = _barred(proc, suppress, None if early is None else pick(early), ends)
-    greedy = None if greedy_rows is None else pick(xp.reshape(greedy_rows, (b, 1)))
-    sc = _scores(proc, greedy, cfg, rng, pad_id, exact=False)
-
-    def spread(values: Any, fill: Any) -> Any:
-        out = xp.reshape(xp.astype(fill, values.dtype, copy=True), (-1,))
-        out[flat] = xp.reshape(values, (-1,))
-        return xp.reshape(out, (b, c))
-
-    zeros = xp.zeros((b, c), dtype=xp.float32, device=dev)
-    return _Scores(
-        ent=spread(sc.ent, zeros),
-        argmax=spread(sc.argmax, canvas),
-        pred=spread(sc.pred, canvas),
-        top_lp=spread(sc.top_lp, zeros),
-        pred_lp=spread(sc.pred_lp, zeros),
-        pad_lp=spread(sc.pad_lp, zeros - 1.0e30),
-    )
-
-
-class StableAndConfident:
-    """Per-row stop rule: the argmax canvas equals the one of each of the last
-    `threshold` steps and the mean entropy is below `max_entropy` (as transformers'
-    StableAndConfidentStoppingCriteria)."""
-
-    def __init__(self, threshold: int, max_entropy: float) -> None:
-        self.threshold = threshold
-        self.max_entropy = max_entropy
-        self.history: list[Any] = []
-
-    def __call__(self, argmax_canvas: Any, ent: Any) -> Any:
-        xp = array_api_compat.array_namespace(argmax_canvas)
-        stable = xp.ones(argmax_canvas.shape[:1], dtype=xp.bool, device=array_api_compat.device(argmax_canvas))
-        if self.threshold > 0:
-            if len(self.history) < self.threshold:
-                stable = xp.logical_and(stable, xp.zeros_like(stable))
-            for past in self.history:
-                stable = xp.logical_and(stable, xp.all(past == argmax_canvas, axis=-1))
-            self.history = [*self.history, argmax_canvas][-self.threshold :]
-        confident = xp.mean(ent, axis=-1) < self.max_entropy
-        return xp.logical_and(stable, confident)
-
-
-# ---------------------------------------------------------------------------- the loop
-
-
-def stop_requested(cancel: Callable[[], bool] | None, deadline: float | None) -> StopReason | None:
-    """Why a loop must stop before its next step, or None: "cancelled" when the cancel
-    callback says so (asked first), "deadline" when time.monotonic() has reached the
-    deadline. Every loop asks it between steps (through `Steering.stopped`)."""
-    if cancel is not None and cancel():
-        return "cancelled"
-    if deadline is not None and time.monotonic() >= deadline:
-        return "deadline"
-    return None
-
-
-@dataclass(frozen=True)
-class Steering:
-    """How a caller steers the decoding loops (`run`, `run_autoregressive`, and
-    engine.local.verify's `run_verified`) beyond the sampler's settings: which rows are
-    greedy and how hot the others are, when to stop early, who watches the steps, and
-    (the one-token loops only) which tokens end a row. The default steers nothing.
-
-    greedy_rows: (B,) bool backend array, rows that take the argmax even when cfg.greedy
-        is False (the first of several candidates is the most likely fill).
-    row_temperature: (B, 1, 1) float backend array, a per-row factor on the schedule's
-        temperature (1.0 for the greedy row, higher for sampled candidates); None: 1.0.
-    deadline: time.monotonic() value after which the loop stops with what it has.
-    cancel: checked between steps; True stops the loop.
-    on_step: called after each step with what the loop has so far.
-    stop_after: the one-token loops end a row after one of these tokens, keeping it (a
-        line break where the span is one line, which the span check cuts at anyway);
-        the canvas loop, which has no order to stop in, ignores it.
-    line_ends, blanks: past the deadline the one-token loop still finishes a row's first
-        line that holds text: until a token of `line_ends` after (or with) one not in
-        `blanks`, or the row's end (a slow model's fill is never cut to nothing or
-        mid-line by the deadline; cancel still stops it at once).
-    echo: the one-token loop asks it after each token with the row so far; a number
-        ends the row after that many tokens (engine.local.echo: the fill began to write
-        the code after the cursor again).
-    heal: the characters each one-token row must write first, in tokens the model
-        chooses among those that spell them (engine.local.heal); None: no constraint.
-    """
-
-    greedy_rows: Any | None = None
-    row_temperature: Any | None = None
-    deadline: float | None = None
-    cancel: Callable[[], bool] | None = None
-    on_step: Callable[[StepView], None] | None = None
-    stop_after: frozenset[int] = frozenset()
-    line_ends: frozenset[int] = frozenset()
-    blanks: frozenset[int] = frozenset()
-    echo: Callable[[np.ndarray], int | None] | None = None
-    heal: Heal | None = None
-
-    def stopped(self) -> StopReason | None:
-        """Why the loop must stop before its next step, or None (`stop_requested`)."""
-        return stop_requested(self.cancel, self.deadline)
-
-    def stopped_in_line(self, row: np.ndarray) -> StopReason | None:
-        """`stopped` for a one-token row holding `row` so far: the deadline waits for
-        the end of its first line (`line_ends`)."""
-        stop = self.stopped()
-        if stop != "deadline" or not self.line_ends:
-            return stop
-        text = False  # a token with text seen on the row
-        for token in (int(t) for t in row):
-            if token in self.line_ends and (text or token not in self.blanks):
-                return stop  # a line with text is done
-            text = text or token not in self.blanks
-        return None
-
-    def ended_by_echo(self, row: np.ndarray, upto: int, info: DenoiserInfo) -> bool:
-        """Whether a one-token row's first `upto` tokens end where it began to repeat the
-        suffix (`echo`); if so, that end written in place: end-of-fill there, padding after."""
-        if self.echo is None or (keep := self.echo(row[:upto])) is None:
-            return False
-        row[keep] = info.eof_id
-        row[keep + 1 : upto] = info.pad_id
-        return True
-
-    def show(self, step: int, argmax_canvas: Any, canvas: Any) -> None:
-        """Tell the observer, if there is one, what step `step` left."""
-        if self.on_step is not None:
-            self.on_step(StepView(step=step, argmax_canvas=argmax_canvas, canvas=canvas))
-
-    def show_rows(self, step: int, denoiser: Any, rows: np.ndarray) -> None:
-        """The one-token loops' view: the rows decoded so far (on the host) are both the
-        canvas and its argmax, made a backend array only when someone watches."""
-        if self.on_step is not None:
-            view = denoiser.as_array(rows)
-            self.on_step(StepView(step=step, argmax_canvas=view, canvas=view))
-
-    def row_settings(self, batch: int) -> tuple[np.ndarray, np.ndarray]:
-        """(temperature factor, greedy) per row, on the host."""
-        temps = np.ones(batch, dtype=np.float32)
-        if self.row_temperature is not None:
-            temps = to_numpy(self.row_temperature).reshape(-1)
-        greedy = np.zeros(batch, dtype=bool) if self.greedy_rows is None else to_numpy(self.greedy_rows).reshape(-1)
-        return temps, greedy
-
-    def one_token_rows(self, batch: int, cfg: SamplerConfig) -> list[tuple[float, bool]]:
-        """(temperature, greedy) of each row in the one-token loops: one token at a time
-        has no step schedule, so the schedule's first temperature times the row's factor;
-        greedy when the sampler or the row says."""
-        temps, greedy = self.row_settings(batch)
-        temp = cfg.temperature(cfg.max_steps)
-        return [(temp * float(temps[r]), bool(cfg.greedy or greedy[r])) for r in range(batch)]
 
 
 def initial_canvas(
@@ -476,7 +119,7 @@ def run(
     *,
     fixed: Any | None = None,
     draft: Any | None = None,
-    steer: Steering = Steering(),
+    steer: Steering = Steering(),  # noqa: B008 (frozen: one shared default is safe)
 ) -> SampleResult:
     """Denoise `canvas` (B, C) against the encoded context `state`.
 

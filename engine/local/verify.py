@@ -48,7 +48,8 @@ import numpy as np
 from engine.decoding import SamplerConfig, StopReason
 from engine.denoisers.base import EncodedContext, Prompt, RandomSource
 from engine.local.one_token import OneToken
-from engine.local.sampler import SampleResult, Steering, initial_canvas, run, to_numpy
+from engine.local.sampler import initial_canvas, run
+from engine.local.steering import SampleResult, Steering, to_numpy
 
 
 @dataclass

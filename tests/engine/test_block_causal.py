@@ -30,6 +30,7 @@ from engine.errors import ModelLoadError  # noqa: E402
 from engine.fill import FillOptions, InfillRequest  # noqa: E402
 from engine.local import sampler  # noqa: E402
 from engine.local.generator import local_engine  # noqa: E402
+from engine.local.steering import Steering  # noqa: E402
 from engine.models import table  # noqa: E402
 from engine.models.directory import block_causal  # noqa: E402
 from tests import block_checkpoint  # noqa: E402
@@ -371,7 +372,7 @@ def sdar_generate(
 
 def unmasked_each_step(den: Any, prompt: list[int], length: int, cfg: SamplerConfig) -> tuple[list[set[int]], Any]:
     seen: list[np.ndarray] = []
-    steer = sampler.Steering(on_step=lambda view: seen.append(np.asarray(view.canvas)[0].copy()))
+    steer = Steering(on_step=lambda view: seen.append(np.asarray(view.canvas)[0].copy()))
     canvas = np.full((1, length), MASK, dtype=np.int64)
     result = sampler.run(den, den.encode(prompt), canvas, cfg, NumpyRandomSource(0), steer=steer)
     before = [np.full(length, MASK), *seen[:-1]]

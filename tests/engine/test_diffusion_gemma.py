@@ -27,6 +27,7 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import (  # 
     LinearTemperatureScheduleLogitsProcessor,
 )
 
+from engine.decoding import SamplerConfig  # noqa: E402
 from engine.denoisers.base import Denoiser, EncodedContext  # noqa: E402
 from engine.denoisers.diffusion_gemma import (  # noqa: E402
     DiffusionGemmaDenoiser,
@@ -90,8 +91,8 @@ def sampler_cfg(
     bound: float = 0.1,
     stability: int = 1,
     confidence: float = 0.005,
-) -> S.SamplerConfig:
-    return S.SamplerConfig(
+) -> SamplerConfig:
+    return SamplerConfig(
         strategy="entropy_bound",
         max_steps=steps,
         entropy_bound=bound,

@@ -13,7 +13,7 @@ import torch
 from engine.decoding import SamplerConfig
 from engine.denoisers.loading import load_model
 from engine.local.one_token import run_autoregressive, sequence_logprob
-from engine.local.sampler import Steering
+from engine.local.steering import Steering
 from engine.models.embedded import DiffusionCoder, ModelConfig
 from engine.models.tokenizer import train_tokenizer
 from engine.training.loop import (

@@ -217,7 +217,7 @@ def test_refine_keeps_the_tokens_the_model_finds_likely(shipped: Engine) -> None
     import numpy as np
 
     from engine.local.generator import REFINE_KEEP
-    from engine.local.sampler import log_softmax
+    from engine.local.steering import log_softmax
 
     a = SOURCE.index("return sum(")
     b = SOURCE.index("\n", a)

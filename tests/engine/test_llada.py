@@ -28,6 +28,7 @@ from engine.errors import ModelLoadError  # noqa: E402
 from engine.fill import FillOptions, InfillRequest  # noqa: E402
 from engine.local import sampler  # noqa: E402
 from engine.local.generator import local_engine  # noqa: E402
+from engine.local.steering import Steering  # noqa: E402
 from tests import llada_checkpoint  # noqa: E402
 
 PREFIX = "def add(a, b):\n    return "
@@ -283,7 +284,7 @@ def unmasked_each_step(cfg: SamplerConfig, length: int, seed: int) -> tuple[list
     """The positions the sampler unmasks at each step on `known_logits`, and its result."""
     den = KnownDenoiser(seed)
     seen: list[np.ndarray] = []
-    steer = sampler.Steering(on_step=lambda view: seen.append(np.asarray(view.canvas)[0].copy()))
+    steer = Steering(on_step=lambda view: seen.append(np.asarray(view.canvas)[0].copy()))
     canvas = np.full((1, length), MASK, dtype=np.int64)
     result = sampler.run(den, den.encode(None), canvas, cfg, NumpyRandomSource(0), steer=steer)
     before = [np.full(length, MASK), *seen[:-1]]
@@ -337,7 +338,7 @@ def test_other_strategies_unmask_in_another_order() -> None:
     den = KnownDenoiser(1)
     seen: list[np.ndarray] = []
     cfg = SamplerConfig(strategy="fixed_k", k=3, max_steps=4)
-    steer = sampler.Steering(on_step=lambda view: seen.append(np.asarray(view.canvas)[0].copy()))
+    steer = Steering(on_step=lambda view: seen.append(np.asarray(view.canvas)[0].copy()))
     sampler.run(den, den.encode(None), np.full((1, 10), MASK), cfg, NumpyRandomSource(0), steer=steer)
     before = [np.full(10, MASK), *seen[:-1]]
     got = [

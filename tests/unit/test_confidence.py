@@ -19,7 +19,7 @@ from engine.denoisers.loading import LoadedModel
 from engine.fill import FillOptions, InfillRequest
 from engine.local.generator import local_engine
 from engine.local.one_token import sequence_logprob, token_logprobs
-from engine.local.sampler import log_softmax
+from engine.local.steering import log_softmax
 from tests.fakes import EOF, MASK, MID, NL, PAD, STATE, TwoModes
 
 TARGET = [6, 7, 8]  # the one-token mode's greedy fill: "ghi"

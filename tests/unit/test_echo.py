@@ -12,7 +12,7 @@ from engine.denoisers.base import EncodedContext
 from engine.denoisers.onnx import NumpyRandomSource
 from engine.local.echo import Echo
 from engine.local.one_token import run_autoregressive
-from engine.local.sampler import Steering
+from engine.local.steering import Steering
 from tests.fakes import EOF, PAD, FakeAutoregressive
 
 

@@ -11,7 +11,7 @@ from engine.denoisers.base import EncodedContext
 from engine.denoisers.onnx import NumpyRandomSource
 from engine.local.heal import Heal, Spelling, split_line
 from engine.local.one_token import run_autoregressive
-from engine.local.sampler import Steering
+from engine.local.steering import Steering
 from engine.models.tokenizer import train_tokenizer
 from tests.fakes import FakeAutoregressive
 

@@ -13,7 +13,8 @@ from engine.denoisers.base import DenoiserInfo, EncodedContext
 from engine.denoisers.layouts import LengthEdits
 from engine.denoisers.onnx import NumpyRandomSource
 from engine.local.resize import END, NEW, Change, remap, row_lengths, sized, truncation
-from engine.local.sampler import Steering, StepView, initial_canvas, run
+from engine.local.sampler import initial_canvas, run
+from engine.local.steering import Steering, StepView
 
 V = 24
 PAD, EOF, EXPAND, DELETE, MASK = 0, 1, 21, 22, 23

@@ -14,14 +14,9 @@ from engine.decoding import SamplerConfig
 from engine.denoisers.base import DenoiserInfo, EncodedContext
 from engine.denoisers.onnx import NumpyRandomSource
 from engine.local.one_token import run_autoregressive
-from engine.local.sampler import (
-    Steering,
-    StepView,
-    initial_canvas,
-    run,
-    select_positions,
-    stop_requested,
-)
+from engine.local.sampler import initial_canvas, run
+from engine.local.steering import Steering, StepView, stop_requested
+from engine.local.strategies import select_positions
 from tests.fakes import EOF, MASK, PAD, FakeAutoregressive, V
 
 
@@ -364,7 +359,7 @@ def test_scores_at_the_open_positions_match_the_whole_canvas(lib: str) -> None:
     """The absorbing loop scores only the open positions of unfinished rows; there it
     gives what scoring the whole canvas gives (temperature per row, suppressed tokens
     and min_tokens included), and elsewhere the canvas's own token with entropy 0."""
-    from engine.local.sampler import _barred, _scores, _scores_at
+    from engine.local.strategies import _barred, _scores, _scores_at
 
     den = FakeDenoiser(TARGET, [3.0, 1.0, 0.5, 2.0, 4.0, 0.2, 6.0, 6.0], lib)
     b, c = 3, len(TARGET)

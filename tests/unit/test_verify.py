@@ -13,7 +13,7 @@ from engine.decoding import SamplerConfig
 from engine.denoisers.base import EncodedContext
 from engine.denoisers.onnx import NumpyRandomSource
 from engine.local.one_token import run_autoregressive
-from engine.local.sampler import Steering
+from engine.local.steering import Steering
 from engine.local.verify import VerifyStats, run_verified
 from tests.fakes import EOF, NL, PAD, PROMPT, STATE, TwoModes, V
 
