@@ -283,7 +283,7 @@ class Bench:
 
     def check(self, den: Any, ref: tuple[Any, Any, Any]) -> dict[str, Any]:
         first, sc, second = ref
-        state = den.encode(self.prompt)
+        state = den.prefill(self.prompt)
         a = rel_error(den.denoise(state, self.canvas), first)
         b = rel_error(den.denoise(state, self.canvas, sc), second)
         worst = max(a["rel_error"], b["rel_error"])
@@ -292,7 +292,7 @@ class Bench:
     def step(self, den: Any) -> dict[str, Any]:
         import torch
 
-        state = den.encode(self.prompt)
+        state = den.prefill(self.prompt)
         sz = self.sizes
 
         def run() -> None:
@@ -316,7 +316,7 @@ class Bench:
         steps: list[int] = []
 
         def run() -> None:
-            state = den.encode(prompt)
+            state = den.prefill(prompt)
             rng = den.random_source(0)
             res = S.run(den, state, S.initial_canvas(den, 1, sz["canvas"], rng), cfg, rng)
             steps.append(res.steps)

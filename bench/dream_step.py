@@ -55,10 +55,10 @@ def main() -> int:
     suffix, prefix = code[: args.context // 4], code[args.context // 4 : args.context - 3]
     ctx = [sp.suffix, *suffix, sp.prefix, *prefix, sp.middle]
     canvas = torch.full((1, args.canvas), den.info.mask_id)
-    state = den.encode(ctx)
+    state = den.prefill(ctx)
     exact = median_ms(lambda: den.denoise(state, canvas), args.repeats)
     dual_den = DreamDenoiser(den.model, den.sp, autoregressive=False, cache="dual", suppress_ids=den.info.suppress_ids)
-    dual_state = dual_den.encode(ctx)
+    dual_state = dual_den.prefill(ctx)
 
     def first_dual() -> None:
         dual_den._dual = None
@@ -79,7 +79,7 @@ def main() -> int:
         "dual_later_over_exact": round(dual_later / exact, 3),
     }
     if den.info.autoregressive:
-        report["encode_causal_ms"] = median_ms(lambda: den.encode(ctx), args.repeats)
+        report["encode_causal_ms"] = median_ms(lambda: den.prefill(ctx), args.repeats)
         report["one_token_ms"] = median_ms(lambda: den.extend(state, [tok.encode("x")[0]]), args.repeats)
     width = int(den.model.config.hidden_size)
     a, b = torch.randn(1024, width), torch.randn(width, width)

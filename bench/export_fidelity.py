@@ -47,7 +47,7 @@ def log_probs(den: Any, texts: list[list[int]]) -> list[np.ndarray]:
     """Per window, the log-probabilities (T, V) of each next token, the window written as
     the middle of a fill with no prefix and no suffix."""
     out = []
-    state = den.encode(Prompt(prefix=(), suffix=()))  # extend leaves it as it was
+    state = den.prefill(Prompt(prefix=(), suffix=()))  # extend leaves it as it was
     for ids in texts:
         _, logits = den.extend(state, ids)
         z = np.asarray(logits, dtype=np.float64)

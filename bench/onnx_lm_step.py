@@ -32,7 +32,7 @@ def main() -> int:
     for n in (64, 256, 768):
         prompt = Prompt(prefix=tuple(ids[:n]), suffix=tuple(ids[n : n + n // 3]))
         t = time.perf_counter()
-        state = den.encode(prompt)
+        state = den.prefill(prompt)
         encode_s = time.perf_counter() - t
         steps = []
         for i in range(args.repeats):

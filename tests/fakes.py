@@ -82,7 +82,7 @@ class TwoModes:
     # -- the canvas
     layout = LAYOUT
 
-    def encode(self, prompt: Prompt | Sequence[int], state: Any = None) -> EncodedContext:
+    def prefill(self, prompt: Prompt | Sequence[int], state: Any = None) -> EncodedContext:
         return EncodedContext(token_ids=self.layout.ids(as_prompt(prompt)), payload=None)
 
     def denoise(self, state: EncodedContext, canvas: Any, self_cond: Any = None) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 A backend lays out a `Prompt` (the token ids of the code before and after the fill, and of
 the fill accepted so far) in its own format (its `layout`, as transformers leaves the
-prompt format to each model's processor), turns it into a reusable state (`encode`) and
+prompt format to each model's processor), turns it into a reusable state (`prefill`) and
 predicts logits for a canvas against that state (`denoise`). Everything above it (sampler, drafter, infill)
 is shared by all backends. Arrays are the backend's native type: numpy for onnx, torch
 tensors (on the model's device) for torch and diffusion_gemma; code above the protocol
@@ -119,7 +119,7 @@ class Denoiser(Protocol):
         """The backend's prompt format."""
         ...
 
-    def encode(self, prompt: Prompt | Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
+    def prefill(self, prompt: Prompt | Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
         """Encode the prompt laid out by `layout` (token ids: a plain prompt), reusing the
         longest common token prefix of `state`; the result's `token_ids` are the laid-out
         sequence.

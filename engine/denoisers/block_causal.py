@@ -24,7 +24,7 @@ again (the other order, suffix first, would reuse them too, but no Qwen model wa
 on it).
 
 The exact cache. A block's keys and values depend only on the tokens of the blocks up to
-it, so they are exact for as long as those tokens are. `encode` keeps the keys and values
+it, so they are exact for as long as those tokens are. `prefill` keeps the keys and values
 of the context's complete blocks (reusing a cached state's for the blocks the new context
 shares with it: a keystroke reuses the prefix). A fill's steps run against the fill's own
 state (`fill_state`, which the sampler asks for: engine.denoisers.base.StepReuse): each
@@ -141,7 +141,7 @@ class BlockCausalDenoiser(OnModelDevice):
 
     # ------------------------------------------------------------------ protocol
 
-    def encode(self, prompt: Prompt | Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
+    def prefill(self, prompt: Prompt | Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
         """Run the context's complete blocks (reusing those it shares with `state`)."""
         ids = self.layout.parts(as_prompt(prompt)).causal
         if len(ids) >= self.info.max_positions:
@@ -189,7 +189,7 @@ class BlockCausalDenoiser(OnModelDevice):
     def _payload(self, state: EncodedContext) -> BlockPayload:
         pay = _context(state)
         if pay is None:
-            raise TypeError("state was not made by BlockCausalDenoiser.encode")
+            raise TypeError("state was not made by BlockCausalDenoiser.prefill")
         return pay
 
     def _reused(

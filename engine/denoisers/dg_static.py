@@ -75,7 +75,7 @@ class StaticContext:
         return 1 <= n_tokens <= self.max_prompt
 
     def load(self, cache: Cache, token_ids: tuple[int, ...]) -> None:
-        """Copy an encoded context (a `DynamicCache` from `encode`) into the buffers.
+        """Copy an encoded context (a `DynamicCache` from `prefill`) into the buffers.
 
         Skipped when the same cache with the same ids is already loaded: a fill's steps
         all denoise against one state, so the copy happens once per request.
@@ -90,7 +90,7 @@ class StaticContext:
             keys: Any = getattr(layer, "keys", None)
             values: Any = getattr(layer, "values", None)
             if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor) or keys.shape[0] != 1:
-                raise TypeError("StaticContext.load wants a batch-1 cache made by DiffusionGemmaDenoiser.encode")
+                raise TypeError("StaticContext.load wants a batch-1 cache made by DiffusionGemmaDenoiser.prefill")
             n = int(keys.shape[-2])
             kind = self.layer_types[i]
             if stored.setdefault(kind, n) != n:

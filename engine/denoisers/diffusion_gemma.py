@@ -1,6 +1,6 @@
 """The diffusion_gemma backend: runs transformers' DiffusionGemmaForBlockDiffusion as a Denoiser.
 
-`encode` runs the causal encoder (`model.model.encoder`) over the context into a
+`prefill` runs the causal encoder (`model.model.encoder`) over the context into a
 transformers `DynamicCache`; `denoise` runs one decoder forward pass (`model.forward` with
 `decoder_input_ids`, `self_conditioning_logits`, the decoder mask mapping, the encoder cache
 and `decoder_position_ids`) for a canvas placed right after the context. Both calls are
@@ -10,7 +10,7 @@ draws random numbers with the same torch calls in the same order, so a seeded sa
 reproduces a generate() call seeded with `torch.manual_seed(seed)`.
 
 Cache sharing: an `EncodedContext` built here is never mutated. The decoder only reads the
-cache (it concatenates the canvas keys/values into new tensors), and `encode` extends or
+cache (it concatenates the canvas keys/values into new tensors), and `prefill` extends or
 crops a *fork* of a given state's cache: new layer objects that share the (never
 modified in place) key/value tensors of the original.
 
@@ -92,7 +92,7 @@ log = logging.getLogger(__name__)
 class DiffusionGemmaDenoiser(OnModelDevice):
     """Denoiser over a DiffusionGemmaForBlockDiffusion model (uniform regime, self-conditioned).
 
-    `encode` returns a batch-1 state; `denoise` accepts any batch B of canvases against it
+    `prefill` returns a batch-1 state; `denoise` accepts any batch B of canvases against it
     (the cache is expanded, not copied) and returns raw float32 logits (B, C, V), i.e. the
     decoder output after final-logit softcapping and before any temperature.
     """
@@ -194,7 +194,7 @@ class DiffusionGemmaDenoiser(OnModelDevice):
 
     # ------------------------------------------------------------------ protocol
 
-    def encode(self, prompt: Prompt | Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
+    def prefill(self, prompt: Prompt | Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
         """Encode the laid-out prompt into a batch-1 encoder KV cache, reusing `state`'s common prefix.
 
         Reuse: the new ids extend the state's ids -> fork its cache and encode the rest;
@@ -232,7 +232,7 @@ class DiffusionGemmaDenoiser(OnModelDevice):
         """
         cache = state.payload
         if not isinstance(cache, Cache):
-            raise TypeError("state was not made by DiffusionGemmaDenoiser.encode")
+            raise TypeError("state was not made by DiffusionGemmaDenoiser.prefill")
         device = self.device
         cur_len = len(state.token_ids)
         canvas = self.canvas_tensor(canvas_ids, cur_len)

@@ -90,7 +90,7 @@ class DreamPayload:
 
 class DreamDenoiser(OnModelDevice):
     """Denoiser (and Autoregressive) over a Qwen2/Llama model: absorbing canvas with the
-    checkpoint's mask token, shifted logits; `encode` returns a batch-1 state and
+    checkpoint's mask token, shifted logits; `prefill` returns a batch-1 state and
     `denoise` takes any batch of canvases against it, returning float32 logits (B, C, V)."""
 
     def __init__(
@@ -116,7 +116,7 @@ class DreamDenoiser(OnModelDevice):
 
     # ------------------------------------------------------------------ protocol
 
-    def encode(self, prompt: Prompt | Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
+    def prefill(self, prompt: Prompt | Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
         """Lay the prompt out; with the one-token mode, run its causal pass now (reusing
         the longest common prefix of `state`'s), so that the cached state's size is known."""
         parts = self.layout.parts(as_prompt(prompt))
@@ -184,7 +184,7 @@ class DreamDenoiser(OnModelDevice):
 
     def _payload(self, state: EncodedContext) -> DreamPayload:
         if not isinstance(state.payload, DreamPayload):
-            raise TypeError("state was not made by DreamDenoiser.encode")
+            raise TypeError("state was not made by DreamDenoiser.prefill")
         return state.payload
 
     def _parts(self, state: EncodedContext) -> Parts:

@@ -81,7 +81,7 @@ class KVDenoiser(ABC):
         """The first `keep` positions of cached keys or values (stacked layout)."""
         return kv[:, :, :, :keep]
 
-    def encode(self, prompt: Prompt | Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
+    def prefill(self, prompt: Prompt | Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
         ids = self.layout.ids(as_prompt(prompt))
         ar, lengths = self.info.autoregressive, self.info.length_classes > 0
         next_logits = length = None

@@ -39,7 +39,7 @@ after the suffix: the suffix is the code after the cursor cut to a budget, not t
 document, and an `<|endoftext|>` there would tell the model the text ends where it does not.
 A plain prompt is `start P M [canvas]`. Since every context token attends to the canvas, no
 exact context state survives a step: `cache="exact"` (the default) runs the whole sequence at
-every step, as LLaDA's generate does, and `encode` only lays the prompt out. `cache="dual"`
+every step, as LLaDA's generate does, and `prefill` only lays the prompt out. `cache="dual"`
 (config.json's diffusion_lsp.cache) is Fast-dLLM's approximation, as the dream backend has
 it: the prefix's and suffix's keys and values come from one full pass at a fill's first step
 and the later steps run the canvas alone against them (C queries instead of the sequence;
@@ -177,7 +177,7 @@ class LLaDADenoiser(OnModelDevice):
         self.cache_mode = cache
         self._dual: tuple[tuple[Any, ...], Cache] | None = None  # (before, after, canvas length) -> K/V
 
-    def encode(self, prompt: Prompt | Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
+    def prefill(self, prompt: Prompt | Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
         """Lay the prompt out (nothing to run: under full attention no context state survives a step)."""
         before, after = self.layout.split(as_prompt(prompt))
         if len(before) + len(after) >= self.info.max_positions:
@@ -189,7 +189,7 @@ class LLaDADenoiser(OnModelDevice):
         """One bidirectional pass of `before canvas after`: canvas (B, C) -> float32 logits
         (B, C, V), read at the canvas's own positions."""
         if not isinstance(state.payload, LLaDAPayload):
-            raise TypeError("state was not made by LLaDADenoiser.encode")
+            raise TypeError("state was not made by LLaDADenoiser.prefill")
         before, after = state.payload.before, state.payload.after
         canvas = self.canvas_tensor(canvas_ids, len(before) + len(after))
         b, c = canvas.shape

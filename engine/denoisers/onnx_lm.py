@@ -70,7 +70,7 @@ class OnnxLMDenoiser:
 
     # ------------------------------------------------------------------ protocol
 
-    def encode(self, prompt: Prompt | Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
+    def prefill(self, prompt: Prompt | Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
         """Lay the prompt out; with the one-token mode, run its causal sequence after the
         longest common prefix of `state`'s."""
         parts = self.layout.parts(as_prompt(prompt))
@@ -138,7 +138,7 @@ class OnnxLMDenoiser:
 
     def _payload(self, state: EncodedContext) -> Cached:
         if not isinstance(state.payload, Cached):
-            raise TypeError("state was not made by OnnxLMDenoiser.encode")
+            raise TypeError("state was not made by OnnxLMDenoiser.prefill")
         return state.payload
 
     def _causal(self, seq: tuple[int, ...], old: Cached | None) -> tuple[tuple[np.ndarray, ...], np.ndarray]:

@@ -306,7 +306,7 @@ class LocalGenerator:
         # 3. encode, reusing the cache
         t0 = time.perf_counter()
         cached, reused = self.cache.lookup(ctx_ids)
-        state = self.den.encode(prompt, cached)
+        state = self.den.prefill(prompt, cached)
         self.cache.put(state)
         t1 = time.perf_counter()
         # 4-5. canvas and sampling: one greedy row per fitted length, then the sampled

@@ -207,7 +207,7 @@ class _Row:
             draft = self.run.propose(self.accepted, room)[:room]
             return _Round(draft, _body(draft, info.eof_id), fresh=True)
         if self.accepted:
-            self.canvas_state = den.encode(self.run.prompt.extended(self.accepted), self.canvas_state)
+            self.canvas_state = den.prefill(self.run.prompt.extended(self.accepted), self.canvas_state)
             self.stats.passes += 1
         fit = self.run.fit
         n = max(1, min(room, fit(self.canvas_state, room) if fit is not None else room))

@@ -75,7 +75,7 @@ def test_the_canvas_loss_is_the_backends_inference_layout(loaded: Any) -> None:
     b = collate([Sides(pre, mid, suf)], sp, 8, [1.0], random.Random(0))
     got = losses(den.model, b, AdaptConfig(ar_weight=0.0), 1.0, None)
     ctx = Prompt(prefix=tuple(pre), suffix=tuple(suf))
-    logits = den.denoise(den.encode(ctx), torch.full((1, 8), den.info.mask_id))[0]
+    logits = den.denoise(den.prefill(ctx), torch.full((1, 8), den.info.mask_id))[0]
     target = torch.tensor([*mid, sp.eof] + [sp.pad] * (8 - len(mid) - 1))
     weights = torch.tensor([1.0] * (len(mid) + 2) + [PAD_WEIGHT] * (8 - len(mid) - 2))
     want = (F.cross_entropy(logits, target, reduction="none") * weights).sum() / weights.sum()

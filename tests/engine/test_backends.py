@@ -24,8 +24,8 @@ def both(tiny_model_dir: Path):  # type: ignore[no-untyped-def]
 def test_onnx_and_torch_give_the_same_logits(both) -> None:  # type: ignore[no-untyped-def]
     onnx_m, torch_m = both
     ids = onnx_m.tokenizer.encode(PREFIX + SUFFIX)
-    s1 = onnx_m.denoiser.encode(ids)
-    s2 = torch_m.denoiser.encode(ids)
+    s1 = onnx_m.denoiser.prefill(ids)
+    s2 = torch_m.denoiser.prefill(ids)
     np.testing.assert_allclose(s1.payload[0], s2.payload[0].numpy(), atol=1e-4)
     canvas = np.random.default_rng(0).integers(0, onnx_m.tokenizer.vocab_size, (3, 12))
     a = onnx_m.denoiser.denoise(s1, canvas)
@@ -38,16 +38,16 @@ def test_onnx_and_torch_give_the_same_length_head(both) -> None:  # type: ignore
     onnx_m, torch_m = both
     assert onnx_m.denoiser.info.length_classes == 24
     ids = [*onnx_m.tokenizer.encode(PREFIX + SUFFIX), onnx_m.tokenizer.special.middle]
-    a = onnx_m.denoiser.length_logits(onnx_m.denoiser.encode(ids))
-    b = torch_m.denoiser.length_logits(torch_m.denoiser.encode(ids)).numpy()
+    a = onnx_m.denoiser.length_logits(onnx_m.denoiser.prefill(ids))
+    b = torch_m.denoiser.length_logits(torch_m.denoiser.prefill(ids)).numpy()
     assert a.shape == (24,) and float(np.ptp(a)) > 0
     np.testing.assert_allclose(a, b, atol=1e-4)
     # reused from a cached state, or computed for the shorter context it was cut to
-    grown = onnx_m.denoiser.encode(ids, onnx_m.denoiser.encode(ids[:7]))
+    grown = onnx_m.denoiser.prefill(ids, onnx_m.denoiser.prefill(ids[:7]))
     np.testing.assert_allclose(onnx_m.denoiser.length_logits(grown), a, atol=1e-4)
-    cut = onnx_m.denoiser.encode(ids[:-1], grown)
+    cut = onnx_m.denoiser.prefill(ids[:-1], grown)
     np.testing.assert_allclose(
-        onnx_m.denoiser.length_logits(cut), onnx_m.denoiser.length_logits(onnx_m.denoiser.encode(ids[:-1])), atol=1e-4
+        onnx_m.denoiser.length_logits(cut), onnx_m.denoiser.length_logits(onnx_m.denoiser.prefill(ids[:-1])), atol=1e-4
     )
     assert not np.allclose(onnx_m.denoiser.length_logits(cut), a, atol=1e-3)
 
@@ -71,11 +71,11 @@ def test_onnx_and_torch_give_the_same_fills(both) -> None:  # type: ignore[no-un
 def test_incremental_encode_matches_full_encode(both, backend: str) -> None:  # type: ignore[no-untyped-def]
     m = both[0] if backend == "onnx" else both[1]
     ids = m.tokenizer.encode(PREFIX + SUFFIX)
-    full = m.denoiser.encode(ids)
-    head = m.denoiser.encode(ids[:10])
-    grown = m.denoiser.encode(ids, head)  # appends to a cached prefix
-    diverged = m.denoiser.encode([*ids[:5], 7, 8, 9])  # shares 5 tokens only
-    regrown = m.denoiser.encode(ids, diverged)
+    full = m.denoiser.prefill(ids)
+    head = m.denoiser.prefill(ids[:10])
+    grown = m.denoiser.prefill(ids, head)  # appends to a cached prefix
+    diverged = m.denoiser.prefill([*ids[:5], 7, 8, 9])  # shares 5 tokens only
+    regrown = m.denoiser.prefill(ids, diverged)
     canvas = m.denoiser.as_array(np.arange(8).reshape(1, 8) % m.tokenizer.vocab_size)
     want = np.asarray(m.denoiser.denoise(full, canvas))
     for state in (grown, regrown):
@@ -83,7 +83,7 @@ def test_incremental_encode_matches_full_encode(both, backend: str) -> None:  # 
     # the cached state was not changed by being extended: layer 0's keys (1, H, P, D) in
     # either layout (stacked in torch, one array per layer in onnx)
     assert tuple(head.payload[0][0].shape)[-2] == 10
-    shorter = m.denoiser.encode(ids[:10], full)  # a prefix of a cached state: a slice
+    shorter = m.denoiser.prefill(ids[:10], full)  # a prefix of a cached state: a slice
     for layer in range(len(full.payload[0])):
         np.testing.assert_allclose(np.asarray(shorter.payload[0][layer]), np.asarray(head.payload[0][layer]), atol=1e-5)
 
@@ -102,7 +102,7 @@ def test_a_context_longer_than_a_chunk_encodes_as_one_pass(both) -> None:  # typ
     with torch.no_grad():
         keys, _, logits = model.encode(torch.tensor([ids]), *empty, torch.tensor(len(ids) - 1))
     for m in both:
-        state = m.denoiser.encode(ids)
+        state = m.denoiser.prefill(ids)
         for layer in (0, len(keys) - 1):
             np.testing.assert_allclose(np.asarray(state.payload[0][layer]), keys[layer].numpy(), atol=1e-4)
         np.testing.assert_allclose(np.asarray(m.denoiser.next_logits(state)), logits[0, -1].numpy(), atol=1e-4)

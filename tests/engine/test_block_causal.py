@@ -172,17 +172,17 @@ def test_the_prompt_is_prefix_suffix_middle_before_the_canvas(models: dict[str, 
     den, hf = models["fast_dllm"].denoiser, models["fast_dllm"].tokenizer.hf
     pre, suf, mid = (hf.token_to_id(f"<|fim_{n}|>") for n in ("prefix", "suffix", "middle"))
     p, s, m = (21, 22, 23), (11, 12), (31,)
-    state = den.encode(Prompt(prefix=p, suffix=s, middle=m))
+    state = den.prefill(Prompt(prefix=p, suffix=s, middle=m))
     assert state.token_ids == (pre, *p, suf, *s, mid, *m)  # the canvas at sequence position 9
     with pytest.raises(ValueError, match="max_positions"):
-        den.encode(Prompt(prefix=(7,) * 600))
+        den.prefill(Prompt(prefix=(7,) * 600))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_denoise_equals_the_block_causal_forward_written_out(models: dict[str, Any], family: str) -> None:
     model = models[family]
     den = fresh(model)
-    ctx = den.encode(prompt(model))
+    ctx = den.prefill(prompt(model))
     p, shift = len(ctx.token_ids), den.shift
     canvas = torch.full((2, 13), den.info.mask_id)
     canvas[1, :5] = torch.tensor(model.tokenizer.encode("return a + b")[:5])
@@ -210,18 +210,18 @@ def test_denoise_equals_the_block_causal_forward_written_out(models: dict[str, A
 def test_encode_reuses_the_complete_blocks_of_a_cached_context(models: dict[str, Any], family: str) -> None:
     model = models[family]
     den = fresh(model)
-    first = den.encode(prompt(model, prefix=PREFIX * 3))
+    first = den.prefill(prompt(model, prefix=PREFIX * 3))
     cold = den.positions_run
     assert cold == first.payload.held > 0  # the complete blocks of the context, once
     typed = prompt(model, prefix=PREFIX * 3 + "a")  # a keystroke: the same prefix, one more character
-    warm = den.encode(typed, first)
+    warm = den.prefill(typed, first)
     shared = min(i for i, (a, b) in enumerate(zip(first.token_ids, warm.token_ids, strict=False)) if a != b)
     run = den.positions_run - cold
     assert run <= warm.payload.held - (shared // den.block * den.block) + den.block  # the blocks before it reused
     assert run < warm.payload.held  # not the whole context again
     canvas = torch.full((1, 9), den.info.mask_id)
     cold_den = fresh(model)
-    want = cold_den.denoise(cold_den.encode(typed), canvas)
+    want = cold_den.denoise(cold_den.prefill(typed), canvas)
     torch.testing.assert_close(den.denoise(warm, canvas), want, atol=1e-4, rtol=1e-4)
     assert first.payload.held == len(first.token_ids) // den.block * den.block  # the state was never written
 
@@ -230,7 +230,7 @@ def test_encode_reuses_the_complete_blocks_of_a_cached_context(models: dict[str,
 def test_each_step_runs_from_the_first_block_that_changed(models: dict[str, Any], family: str) -> None:
     model = models[family]
     den = fresh(model)
-    ctx = den.encode(prompt(model))
+    ctx = den.prefill(prompt(model))
     p, size = len(ctx.token_ids), den.block
     canvas = torch.full((2, 3 * size), den.info.mask_id)
     fill = den.fill_state(ctx)  # one fill's: what a step leaves for the next
@@ -287,7 +287,7 @@ class KnownBlocks:
             block_start_settled=bool(shift),
         )
 
-    def encode(self, prompt: Any, state: Any = None) -> EncodedContext:
+    def prefill(self, prompt: Any, state: Any = None) -> EncodedContext:
         return EncodedContext(tuple(prompt), None)
 
     def denoise(self, state: EncodedContext, canvas: Any, self_cond: Any = None) -> Any:
@@ -374,7 +374,7 @@ def unmasked_each_step(den: Any, prompt: list[int], length: int, cfg: SamplerCon
     seen: list[np.ndarray] = []
     steer = Steering(on_step=lambda view: seen.append(np.asarray(view.canvas)[0].copy()))
     canvas = np.full((1, length), MASK, dtype=np.int64)
-    result = sampler.run(den, den.encode(prompt), canvas, cfg, NumpyRandomSource(0), steer=steer)
+    result = sampler.run(den, den.prefill(prompt), canvas, cfg, NumpyRandomSource(0), steer=steer)
     before = [np.full(length, MASK), *seen[:-1]]
     got = [{int(j) for j in np.flatnonzero((a == MASK) & (b != MASK))} for a, b in zip(before, seen, strict=True)]
     return got, result
@@ -421,8 +421,8 @@ class Wrapped:
     def __init__(self, inner: Any) -> None:
         self.inner, self.info = inner, inner.info
 
-    def encode(self, prompt: Any, state: Any = None) -> EncodedContext:
-        return self.inner.encode(prompt, state)
+    def prefill(self, prompt: Any, state: Any = None) -> EncodedContext:
+        return self.inner.prefill(prompt, state)
 
     def denoise(self, state: EncodedContext, canvas: Any, self_cond: Any = None) -> Any:
         return self.inner.denoise(state, canvas, self_cond)
@@ -571,11 +571,11 @@ def test_fills_of_other_lengths_give_the_recomputed_logits(models: dict[str, Any
     words = torch.tensor(model.tokenizer.encode("return a + b\n" * 12)[: 3 * size])
 
     def fill(p: Prompt, *canvases: Any) -> None:
-        state = den.encode(p)
+        state = den.prefill(p)
         state = den.fill_state(state) if scoped else state
         for canvas in canvases:
             other = fresh(model)
-            want = other.denoise(other.encode(p), canvas)
+            want = other.denoise(other.prefill(p), canvas)
             torch.testing.assert_close(den.denoise(state, canvas), want, atol=1e-4, rtol=1e-4)
 
     done = torch.full((1, 3 * size), mask)
@@ -588,7 +588,7 @@ def test_fills_of_other_lengths_give_the_recomputed_logits(models: dict[str, Any
         prompt(model, prefix=PREFIX * 4), done, done, done[:, :size], done[:, : 2 * size + 1], done.expand(2, -1), done
     )
     fill(prompt(model, prefix="x", suffix=""), done[:, :size], done[:, :size])
-    p, t = len(den.encode(base).token_ids), len(den.encode(base).token_ids) + 3 * size
+    p, t = len(den.prefill(base).token_ids), len(den.prefill(base).token_ids) + 3 * size
     before = den.positions_run
     fill(base, done, done)
     context, first, second = p // size * size, t - p // size * size, t - (p + 2 * size) // size * size

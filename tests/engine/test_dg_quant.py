@@ -59,13 +59,13 @@ def test_a_quantized_checkpoint_fills_and_holds_what_the_estimate_says(checkpoin
     assert est.kept["embeddings"] > 0 and "kept as they are" in est.describe()
     # the denoising step runs and stays close to the full-precision one
     ids = small.tokenizer.encode("def f(x):\n    return x + 1\n")
-    state_q, state_f = small.denoiser.encode(ids), full.denoiser.encode(ids)
+    state_q, state_f = small.denoiser.prefill(ids), full.denoiser.prefill(ids)
     canvas = torch.randint(0, 100, (1, CANVAS))
     got, want = small.denoiser.denoise(state_q, canvas), full.denoiser.denoise(state_f, canvas)
     assert got.shape == want.shape and torch.isfinite(got).all()
     # closer to the full-precision logits than another context's logits are (a random tiny
     # model amplifies weight error through its layers: the bar is relative to that)
-    other = full.denoiser.denoise(full.denoiser.encode(small.tokenizer.encode("class A:\n    pass\n")), canvas)
+    other = full.denoiser.denoise(full.denoiser.prefill(small.tokenizer.encode("class A:\n    pass\n")), canvas)
     err, apart = float((got - want).norm()), float((other - want).norm())
     assert err < (0.2 if q == "int8" else 0.9) * apart  # measured: 0.11 and 0.71
     # and fills come out of the engine

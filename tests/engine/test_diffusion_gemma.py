@@ -204,7 +204,7 @@ def test_denoise_replays_generate_decoder_calls(model: Any, den: Any, monkeypatc
     monkeypatch.undo()  # stop recording: the backend calls model.forward too
     assert len(calls) == 3 and calls[0]["self_cond"] is None and calls[1]["self_cond"] is not None
     assert calls[0]["positions"].tolist() == [list(range(13, 13 + CANVAS))]
-    state = den.encode(prompt)
+    state = den.prefill(prompt)
     for call in calls:
         got = den.denoise(state, call["canvas"], call["self_cond"])
         assert got.shape == (1, CANVAS, VOCAB) and got.dtype == torch.float32
@@ -222,7 +222,7 @@ def test_denoise_batch_against_one_state(model: Any, den: Any, monkeypatch: pyte
     run_generate(model, prompt, 3, seed=0, canvas=canvas, **gen_kwargs(2, 0.5, 1.0))
     monkeypatch.undo()
     assert len(calls) == 2
-    state = den.encode(prompt)
+    state = den.prefill(prompt)
     for call in calls:
         got = den.denoise(state, call["canvas"], call["self_cond"])
         assert got.shape == (3, CANVAS, VOCAB)
@@ -233,7 +233,7 @@ def test_denoise_batch_against_one_state(model: Any, den: Any, monkeypatch: pyte
 
 
 def test_denoise_leaves_state_untouched(den: Any) -> None:
-    state = den.encode(ids_of(12))
+    state = den.prefill(ids_of(12))
     cache = state.payload
     before = [(layer.keys.clone(), layer.get_seq_length()) for layer in cache.layers]
     canvas = canvas_of(2)
@@ -256,14 +256,14 @@ def test_incremental_encode_matches_full(model: Any, den: Any, prefix_len: int) 
     canvas = canvas_of(2)
     seen, handle = count_encoded_tokens(model)
     try:
-        old = den.encode(full[:prefix_len])
+        old = den.prefill(full[:prefix_len])
         old_logits = den.denoise(old, canvas)
         seen.clear()
-        new = den.encode(full, old)
+        new = den.prefill(full, old)
         assert seen == [len(full) - prefix_len]  # only the new tokens went through the encoder
     finally:
         handle.remove()
-    fresh = den.encode(full)
+    fresh = den.prefill(full)
     torch.testing.assert_close(den.denoise(new, canvas), den.denoise(fresh, canvas), atol=1e-5, rtol=0)
     assert new.token_ids == tuple(full)
     # the earlier state still describes its own context
@@ -281,17 +281,17 @@ def test_encode_edit_within_window_crops(model: Any, den: Any) -> None:
     canvas = canvas_of(1)
     seen, handle = count_encoded_tokens(model)
     try:
-        old = den.encode(base)
+        old = den.prefill(base)
         old_logits = den.denoise(old, canvas)
         seen.clear()
-        new = den.encode(edited, old)
-        shorter = den.encode(base[:4], old)
+        new = den.prefill(edited, old)
+        shorter = den.prefill(base[:4], old)
         assert seen == [3]  # 3 new tokens after the 5 shared ones; the prefix needs no encoding
     finally:
         handle.remove()
-    torch.testing.assert_close(den.denoise(new, canvas), den.denoise(den.encode(edited), canvas), atol=1e-5, rtol=0)
+    torch.testing.assert_close(den.denoise(new, canvas), den.denoise(den.prefill(edited), canvas), atol=1e-5, rtol=0)
     torch.testing.assert_close(
-        den.denoise(shorter, canvas), den.denoise(den.encode(base[:4]), canvas), atol=1e-5, rtol=0
+        den.denoise(shorter, canvas), den.denoise(den.prefill(base[:4]), canvas), atol=1e-5, rtol=0
     )
     assert old.payload.get_seq_length() == 7 and torch.equal(den.denoise(old, canvas), old_logits)
 
@@ -303,26 +303,26 @@ def test_encode_edit_past_window_reencodes(model: Any, den: Any) -> None:
     canvas = canvas_of(1)
     seen, handle = count_encoded_tokens(model)
     try:
-        old = den.encode(base)
+        old = den.prefill(base)
         old_logits = den.denoise(old, canvas)
         seen.clear()
-        new = den.encode(edited, old)
+        new = den.prefill(edited, old)
         assert seen == [len(edited)]
         seen.clear()
-        same = den.encode(list(base), old)
+        same = den.prefill(list(base), old)
         assert seen == [] and same.payload is old.payload
     finally:
         handle.remove()
-    torch.testing.assert_close(den.denoise(new, canvas), den.denoise(den.encode(edited), canvas), atol=1e-5, rtol=0)
+    torch.testing.assert_close(den.denoise(new, canvas), den.denoise(den.prefill(edited), canvas), atol=1e-5, rtol=0)
     assert torch.equal(den.denoise(old, canvas), old_logits)
 
 
 def test_encode_rejects_empty_and_overlong(den: Any) -> None:
     with pytest.raises(ValueError):
-        den.encode([])
+        den.prefill([])
     with pytest.raises(ValueError):
-        den.encode([3] * 513)
-    state = den.encode([3] * 500)
+        den.prefill([3] * 513)
+    state = den.prefill([3] * 500)
     with pytest.raises(ValueError):
         den.denoise(state, canvas_of(1))
 
@@ -337,7 +337,7 @@ def test_sampler_matches_generate_near_zero_temperature(model: Any, den: Any) ->
     prompt = ids_of(13)
     canvas = canvas_of(2)
     want, gen_steps = run_generate(model, prompt, 2, seed=0, canvas=canvas, **gen_kwargs(8, 1e-5, 2e-5))
-    state = den.encode(prompt)
+    state = den.prefill(prompt)
     res = S.run(den, state, den.as_array(canvas), sampler_cfg(8, 1e-5, 2e-5, greedy=True), den.random_source(99))
     assert np.array_equal(res.tokens, want.numpy())
     assert res.steps == gen_steps == 8
@@ -356,7 +356,7 @@ def test_sampler_matches_generate_seeded(model: Any, den: Any, seed: int) -> Non
     canvas then: `model_kwargs.pop("decoder_input_ids", sampler.initialize_canvas(...))`).
     """
     prompt = ids_of(13, seed=seed + 10)
-    state = den.encode(prompt)
+    state = den.prefill(prompt)
     cfg = sampler_cfg(8, 0.5, 1.0, greedy=False)
     kw = gen_kwargs(8, 0.5, 1.0)
 
@@ -426,8 +426,8 @@ def test_from_dir_round_trip(model: Any, den: Any, tmp_path: Path) -> None:
     prompt = ids_of(9)
     canvas = canvas_of(2)
     sc = torch.randn(2, CANVAS, VOCAB)
-    want = den.denoise(den.encode(prompt), canvas, sc)
-    got = loaded.denoise(loaded.encode(prompt), canvas, sc)
+    want = den.denoise(den.prefill(prompt), canvas, sc)
+    got = loaded.denoise(loaded.prefill(prompt), canvas, sc)
     torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
 
 
@@ -489,7 +489,7 @@ def static_den(model: DiffusionGemmaForBlockDiffusion) -> DiffusionGemmaDenoiser
 @pytest.mark.parametrize("n", [3, 13, 30])  # inside the window, past it, near max_prompt
 def test_static_cache_gives_the_dynamic_logits(den: Any, static_den: Any, n: int) -> None:
     assert static_den.static is not None and den.static is None
-    state = den.encode(ids_of(n, seed=n))
+    state = den.prefill(ids_of(n, seed=n))
     canvas = canvas_of(3)
     want = den.denoise(state, canvas)
     got = static_den.denoise(state, canvas)
@@ -503,7 +503,7 @@ def test_static_cache_gives_the_dynamic_logits(den: Any, static_den: Any, n: int
 def test_static_cache_reloads_when_the_state_changes(den: Any, static_den: Any) -> None:
     """The buffers are a working copy of the last state: alternating states must not
     leave stale context behind (a shorter context after a longer one included)."""
-    long_state, short_state = den.encode(ids_of(25)), den.encode(ids_of(4, seed=7))
+    long_state, short_state = den.prefill(ids_of(25)), den.prefill(ids_of(4, seed=7))
     canvas = canvas_of(1)
     want_long, want_short = den.denoise(long_state, canvas), den.denoise(short_state, canvas)
     assert not torch.allclose(want_long, want_short, atol=1e-3)  # the check can fail
@@ -514,7 +514,7 @@ def test_static_cache_reloads_when_the_state_changes(den: Any, static_den: Any) 
 
 def test_static_cache_falls_back_past_max_prompt(model: Any, den: Any) -> None:
     small = DiffusionGemmaDenoiser(model, static_cache=True, max_prompt=6)
-    state = den.encode(ids_of(20))
+    state = den.prefill(ids_of(20))
     canvas = canvas_of(2)
     torch.testing.assert_close(small.denoise(state, canvas), den.denoise(state, canvas), atol=1e-6, rtol=0)
     assert small.static is not None and small.static.loaded is None  # the dynamic path ran
@@ -529,7 +529,7 @@ def test_static_cache_gives_the_same_fills(
     never settles, turns the 1e-6 logit differences into other draws by step 4-8: the
     paths agree within float tolerance, not bitwise.)"""
     for seed in range(3):
-        state = den.encode(ids_of(13, seed=seed + 30))
+        state = den.prefill(ids_of(13, seed=seed + 30))
         cfg = sampler_cfg(steps, t_min, t_max, greedy=greedy)
         rng = den.random_source(seed)
         want = S.run(den, state, S.initial_canvas(den, 2, CANVAS, rng), cfg, rng)
@@ -548,7 +548,7 @@ def test_step_graph_body_runs_eagerly_off_cuda(model: Any, den: Any, static_den:
     from engine.denoisers.dg_graph import StepGraph
     from engine.denoisers.diffusion_gemma import _CACHE_KW
 
-    state = den.encode(ids_of(13))
+    state = den.prefill(ids_of(13))
     static_den.static.load(state.payload, state.token_ids)
     step = StepGraph(model, static_den.static, 2, CANVAS, _CACHE_KW, capture=False)
     assert not step.captured and step.capture_s == 0.0
@@ -568,7 +568,7 @@ def test_cuda_graph_option_is_skipped_on_cpu(model: Any, den: Any) -> None:
     cpu = DiffusionGemmaDenoiser(model, cuda_graph=True, graph_shapes=[(1, CANVAS)], max_prompt=MAX_PROMPT)
     assert cpu.graph_status.startswith("skipped: CUDA graphs need a CUDA device")
     assert cpu.graphs == {} and cpu.static is not None  # the static path still runs
-    state = den.encode(ids_of(9))
+    state = den.prefill(ids_of(9))
     torch.testing.assert_close(cpu.denoise(state, canvas_of(1)), den.denoise(state, canvas_of(1)), atol=1e-5, rtol=0)
 
 
@@ -580,7 +580,7 @@ def test_cuda_graph_gives_the_dynamic_logits_and_fills() -> None:
     graphed = DiffusionGemmaDenoiser(gpu_model, cuda_graph=True, graph_shapes=[(2, CANVAS)], max_prompt=MAX_PROMPT)
     assert graphed.graph_status.startswith("captured 1") and graphed.warmup_s > 0
     for n in (5, 13, 30):
-        state = eager.encode(ids_of(n))
+        state = eager.prefill(ids_of(n))
         canvas = canvas_of(2).cuda()
         want = eager.denoise(state, canvas)
         got = graphed.denoise(state, canvas)
@@ -601,7 +601,7 @@ def test_experts_implementations_agree(model: Any, den: Any, experts: str) -> No
     assert model.config.get_text_config()._experts_implementation == "grouped_mm"
     other = DiffusionGemmaDenoiser(copy.deepcopy(model), experts=experts)
     assert other.model.config.get_text_config()._experts_implementation == experts
-    state = den.encode(ids_of(13))
+    state = den.prefill(ids_of(13))
     canvas = canvas_of(3)
     torch.testing.assert_close(other.denoise(state, canvas), den.denoise(state, canvas), atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="experts must be one of"):

@@ -90,7 +90,7 @@ def test_the_prompt_is_laid_out_in_place_and_in_fim_order(loaded: Any) -> None:
     assert den.layout.ids(Prompt(prefix=p, suffix=s, middle=m)) == parts.causal  # what a state covers
     plain = den.layout.parts(Prompt(prefix=(5, 6, 7), plain=True))  # no markers: a prompt, all prefix
     assert plain.before == plain.causal == (den.sp.start, 5, 6, 7) and plain.after == ()
-    assert den.encode([5, 6, 7]).token_ids == plain.causal  # bare ids are a plain prompt
+    assert den.prefill([5, 6, 7]).token_ids == plain.causal  # bare ids are a plain prompt
 
 
 # ----------------------------------------------------------------------------- the two modes
@@ -99,7 +99,7 @@ def test_the_prompt_is_laid_out_in_place_and_in_fim_order(loaded: Any) -> None:
 def test_the_causal_mode_equals_qwen2_for_causal_lm(loaded: Any, reference: Any) -> None:
     den = loaded.denoiser
     ctx = context(loaded)
-    state = den.encode(ctx)
+    state = den.prefill(ctx)
     middle = loaded.tokenizer.encode("a + b")
     longer, logits = den.extend(state, middle)
     want = full_logits(reference, [*den.layout.ids(ctx), *middle], causal=True)
@@ -115,7 +115,7 @@ def test_denoise_is_full_attention_with_logits_shifted_by_one(loaded: Any, refer
     parts = den.layout.parts(ctx)
     canvas = torch.full((2, 6), den.info.mask_id)
     canvas[1, 2] = loaded.tokenizer.encode("a")[0]
-    got = den.denoise(den.encode(ctx), canvas)
+    got = den.denoise(den.prefill(ctx), canvas)
     assert got.shape == (2, 6, den.info.vocab_size) and got.dtype == torch.float32
     for row in range(2):
         seq = [*parts.before, *canvas[row].tolist(), *parts.after]
@@ -124,7 +124,7 @@ def test_denoise_is_full_attention_with_logits_shifted_by_one(loaded: Any, refer
         p = len(parts.before)
         torch.testing.assert_close(got[row], shifted[0, p : p + 6], atol=1e-4, rtol=1e-4)
     # bidirectional: the suffix and later canvas tokens change the first position's logits
-    other = den.denoise(den.encode(context(loaded, suffix="\nclass Point:\n")), canvas)
+    other = den.denoise(den.prefill(context(loaded, suffix="\nclass Point:\n")), canvas)
     assert not torch.allclose(other[0, 0], got[0, 0], atol=1e-4)
     assert not torch.allclose(got[0, 0], got[1, 0], atol=1e-4)
 
@@ -132,7 +132,7 @@ def test_denoise_is_full_attention_with_logits_shifted_by_one(loaded: Any, refer
 def test_dual_cache_matches_exact_on_the_first_step_and_keeps_the_context(dream_dir: Path, loaded: Any) -> None:
     exact = loaded.denoiser
     dual = DreamDenoiser(exact.model, exact.sp, autoregressive=False, cache="dual")
-    state = dual.encode(context(loaded))
+    state = dual.prefill(context(loaded))
     canvas = torch.full((3, 5), exact.info.mask_id)
     first = dual.denoise(state, canvas)
     torch.testing.assert_close(first, exact.denoise(state, canvas), atol=1e-4, rtol=1e-4)
@@ -150,10 +150,10 @@ def test_dual_cache_matches_exact_on_the_first_step_and_keeps_the_context(dream_
 
 def test_encode_reuses_the_causal_cache_and_never_mutates_a_state(loaded: Any) -> None:
     den = loaded.denoiser
-    first = den.encode(context(loaded))
+    first = den.prefill(context(loaded))
     before = [layer.keys.clone() for layer in first.payload.cache.layers]
-    typed = den.encode(context(loaded, prefix=PREFIX + "a"), first)
-    fresh = den.encode(context(loaded, prefix=PREFIX + "a"))
+    typed = den.prefill(context(loaded, prefix=PREFIX + "a"), first)
+    fresh = den.prefill(context(loaded, prefix=PREFIX + "a"))
     torch.testing.assert_close(den.next_logits(typed), den.next_logits(fresh), atol=1e-5, rtol=1e-5)
     for old, layer in zip(before, first.payload.cache.layers, strict=True):
         torch.testing.assert_close(layer.keys, old, atol=0, rtol=0)
@@ -224,7 +224,7 @@ def test_load_errors_name_the_problem(tmp_path: Path, dream_dir: Path) -> None:
 def test_a_dream_checkpoints_one_token_mode_is_off_unless_its_config_says(tmp_path: Path) -> None:
     model = load_model(dream_checkpoint.write(tmp_path / "d"))
     assert not model.denoiser.info.autoregressive
-    state = model.denoiser.encode([1, 2, 3])
+    state = model.denoiser.prefill([1, 2, 3])
     with pytest.raises(NotImplementedError, match="one-token mode is off"):
         model.denoiser.next_logits(state)
     r = local_engine(model, FillOptions(canvas_tokens=6)).fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX))

@@ -49,7 +49,7 @@ def _meta(root: Path) -> Any:
 
 def _step(model: Any, canvas: Any) -> Any:
     den = model.denoiser
-    return den.denoise(den.encode(_prompt(model)), canvas)
+    return den.denoise(den.prefill(_prompt(model)), canvas)
 
 
 def _prompt(model: Any, prefix: str = PREFIX) -> Any:
@@ -82,7 +82,7 @@ def test_a_quantized_checkpoint_holds_what_the_estimate_says_and_fills(tmp_path:
     got, want = _step(small, canvas), _step(full, canvas)
     assert got.shape == want.shape and torch.isfinite(got).all()
     den = full.denoiser
-    other = den.denoise(den.encode(_prompt(full, "class Point:\n    def ")), canvas)
+    other = den.denoise(den.prefill(_prompt(full, "class Point:\n    def ")), canvas)
     assert float((got - want).norm()) < (0.2 if q == "int8" else 0.9) * float((other - want).norm())
     r = local_engine(small, FillOptions(canvas_tokens=CANVAS, use_drafter=False)).fill(
         InfillRequest(prefix=PREFIX, suffix=SUFFIX)

@@ -60,7 +60,7 @@ def test_causal_logits_equal_qwen2_for_causal_lm(loaded: Any, checkpoint: Path) 
     den, tok = loaded.denoiser, loaded.tokenizer
     ctx = Prompt(prefix=tuple(tok.encode(PREFIX)), suffix=tuple(tok.encode(SUFFIX)))
     middle = tok.encode("return s == s")
-    state = den.encode(ctx)
+    state = den.prefill(ctx)
     _, logits = den.extend(state, middle)
     reference = Qwen2ForCausalLM.from_pretrained(str(checkpoint), dtype=torch.float32).eval()
     seq = torch.tensor([[*den.layout.ids(ctx), *middle]])
@@ -87,16 +87,16 @@ def test_the_int8_export_keeps_the_fill_and_the_likely_tokens(checkpoint: Path, 
     )
     assert "[::-1]" in r.text, r.text
     ctx = Prompt(prefix=tuple(loaded.tokenizer.encode(PREFIX)), suffix=tuple(loaded.tokenizer.encode(SUFFIX)))
-    want = int(loaded.denoiser.next_logits(loaded.denoiser.encode(ctx)).argmax())
-    got = exported.denoiser.next_logits(exported.denoiser.encode(ctx))
+    want = int(loaded.denoiser.next_logits(loaded.denoiser.prefill(ctx)).argmax())
+    got = exported.denoiser.next_logits(exported.denoiser.prefill(ctx))
     assert want in got.argsort()[-3:].tolist()
 
 
 def test_a_bidirectional_step_at_context_1024(loaded: Any) -> None:
     den, tok = loaded.denoiser, loaded.tokenizer
     ids = (tok.encode(Path(__file__).read_text()) * 8)[:1024]
-    state = den.encode(ids[:64])  # the causal pass is not what this test is about: a short one
-    state = type(state)(tuple(ids), den.encode(ids).payload, state.nbytes)
+    state = den.prefill(ids[:64])  # the causal pass is not what this test is about: a short one
+    state = type(state)(tuple(ids), den.prefill(ids).payload, state.nbytes)
     canvas = torch.full((1, 32), den.info.mask_id)
     logits = den.denoise(state, canvas)
     assert logits.shape == (1, 32, den.info.vocab_size) and bool(torch.isfinite(logits).all())

@@ -104,7 +104,7 @@ def test_detected_by_config_fields(tmp_path: Path) -> None:
 
 def test_a_shorter_rows_padding_is_unseen(loaded: Any) -> None:
     den, tok = loaded.denoiser, loaded.tokenizer
-    state = den.encode(Prompt(prefix=tuple(tok.encode(PREFIX)), suffix=tuple(tok.encode(SUFFIX))))
+    state = den.prefill(Prompt(prefix=tuple(tok.encode(PREFIX)), suffix=tuple(tok.encode(SUFFIX))))
     mask, pad = den.info.mask_id, den.info.pad_id
     row = [tok.encode("a + b")[0], mask, mask]
     batch = torch.tensor([[*row, mask, mask], [*row, pad, pad]])

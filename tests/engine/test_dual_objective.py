@@ -187,19 +187,21 @@ def test_both_backends_offer_the_autoregressive_mode(both) -> None:  # type: ign
     onnx_m, torch_m = both
     assert onnx_m.denoiser.info.autoregressive and torch_m.denoiser.info.autoregressive
     ids = onnx_m.tokenizer.encode("def total(self):\n    return self.price")
-    s1, s2 = onnx_m.denoiser.encode(ids), torch_m.denoiser.encode(ids)
+    s1, s2 = onnx_m.denoiser.prefill(ids), torch_m.denoiser.prefill(ids)
     np.testing.assert_allclose(onnx_m.denoiser.next_logits(s1), torch_m.denoiser.next_logits(s2).numpy(), atol=1e-4)
     g1, l1 = onnx_m.denoiser.extend(s1, [7, 8, 9])
     g2, l2 = torch_m.denoiser.extend(s2, [7, 8, 9])
     np.testing.assert_allclose(l1, l2.numpy(), atol=1e-4)
     # extending equals encoding the longer context from scratch
     np.testing.assert_allclose(
-        onnx_m.denoiser.next_logits(onnx_m.denoiser.encode([*ids, 7, 8, 9])), onnx_m.denoiser.next_logits(g1), atol=1e-4
+        onnx_m.denoiser.next_logits(onnx_m.denoiser.prefill([*ids, 7, 8, 9])),
+        onnx_m.denoiser.next_logits(g1),
+        atol=1e-4,
     )
     # a cached state reused for a shorter context gives that context's logits, not the longer one's
-    shorter = onnx_m.denoiser.encode(ids[:-2], g1)
+    shorter = onnx_m.denoiser.prefill(ids[:-2], g1)
     np.testing.assert_allclose(
-        onnx_m.denoiser.next_logits(shorter), onnx_m.denoiser.next_logits(onnx_m.denoiser.encode(ids[:-2])), atol=1e-4
+        onnx_m.denoiser.next_logits(shorter), onnx_m.denoiser.next_logits(onnx_m.denoiser.prefill(ids[:-2])), atol=1e-4
     )
 
 
@@ -209,19 +211,19 @@ def test_autoregressive_decoding_is_greedy_argmax_and_scores_itself(both) -> Non
     fills = []
     for m in both:
         den = m.denoiser
-        st = den.encode(ids)
+        st = den.prefill(ids)
         res = run_autoregressive(den, st, 6, SamplerConfig(strategy="autoregressive"), den.random_source(0))
         fills.append(res.tokens[0].tolist())
     assert fills[0] == fills[1]
     den = onnx_m.denoiser
-    st = den.encode(ids)
+    st = den.prefill(ids)
     toks = fills[0]
     # each decoded token is the argmax of the model given everything before it
     prefix: list[int] = []
     for t in toks:
         if t in (den.info.eof_id, den.info.pad_id):
             break
-        logits = den.next_logits(den.encode([*ids, *prefix]))
+        logits = den.next_logits(den.prefill([*ids, *prefix]))
         masked = np.where(np.isin(np.arange(len(logits)), [*den.info.suppress_ids, den.info.mask_id]), -1e30, logits)
         assert int(np.argmax(masked)) == t
         prefix.append(t)
@@ -229,7 +231,7 @@ def test_autoregressive_decoding_is_greedy_argmax_and_scores_itself(both) -> Non
     lp, n = sequence_logprob(den, st, prefix, den.info.eof_id)
     want = 0.0
     for i, t in enumerate([*prefix, den.info.eof_id]):
-        logits = den.next_logits(den.encode([*ids, *prefix[:i]])).astype(np.float64)
+        logits = den.next_logits(den.prefill([*ids, *prefix[:i]])).astype(np.float64)
         want += float(logits[t] - np.log(np.exp(logits - logits.max()).sum()) - logits.max())
     assert n == len(prefix) + 1
     assert lp == pytest.approx(want, abs=1e-3)

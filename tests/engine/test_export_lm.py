@@ -62,7 +62,7 @@ def test_the_one_token_mode_equals_torch(
     assert got.backend == "onnx" and isinstance(got.denoiser, OnnxLMDenoiser)
     den, tol = got.denoiser, TOLERANCE[quantize]
     for prompt in PROMPTS:
-        rs, gs = ref.encode(prompt), den.encode(prompt)
+        rs, gs = ref.prefill(prompt), den.prefill(prompt)
         assert gs.token_ids == rs.token_ids  # the same layout: prefix-suffix-middle
         np.testing.assert_allclose(den.next_logits(gs), ref.next_logits(rs).numpy(), atol=tol)
         (_, la), (g2, lb) = ref.extend(rs, [12, 13, 14]), den.extend(gs, [12, 13, 14])
@@ -86,17 +86,17 @@ def test_the_canvas_equals_torch(
     canvas = np.full((2, 6), den.info.mask_id, dtype=np.int64)
     canvas[1, 2] = 20
     for prompt in PROMPTS:
-        want = ref.denoise(ref.encode(prompt), torch.as_tensor(canvas)).numpy()
-        got = den.denoise(den.encode(prompt), canvas)
+        want = ref.denoise(ref.prefill(prompt), torch.as_tensor(canvas)).numpy()
+        got = den.denoise(den.prefill(prompt), canvas)
         assert got.shape == want.shape == (2, 6, den.info.vocab_size)
         np.testing.assert_allclose(got, want, atol=TOLERANCE[quantize])
 
 
 def test_a_keystroke_reuses_the_cached_prefix(exported: dict[tuple[str, str], Path]) -> None:
     den = load_model(exported["qwen2", "none"]).denoiser
-    first = den.encode(PROMPTS[3])
+    first = den.prefill(PROMPTS[3])
     typed = Prompt(prefix=(*PROMPTS[3].prefix, 7), suffix=PROMPTS[3].suffix)
-    again, fresh = den.encode(typed, first), den.encode(typed)
+    again, fresh = den.prefill(typed, first), den.prefill(typed)
     np.testing.assert_allclose(den.next_logits(again), den.next_logits(fresh), atol=1e-5)
     for a, b in zip(again.payload.kv, fresh.payload.kv, strict=True):
         np.testing.assert_allclose(a, b, atol=1e-5)

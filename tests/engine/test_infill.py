@@ -227,7 +227,7 @@ def test_refine_keeps_the_tokens_the_model_finds_likely(shipped: Engine) -> None
     # score the middle independently, as the engine does
     gen = local(shipped)
     _, ctx = gen.build_context(shipped.options, InfillRequest(prefix=prefix, suffix=suffix), [], 32)
-    state = gen.den.encode(ctx)
+    state = gen.den.prefill(ctx)
     ids = gen.tok.encode(middle)
     sp = gen.tok.special
     visible = np.full((1, 32), sp.pad)
@@ -329,7 +329,7 @@ def test_the_length_head_sizes_the_canvas_within_the_budget(engine: Engine) -> N
     body = InfillRequest(prefix=BODY_PREFIX, suffix=BODY_SUFFIX, language="python")
     fitted = engine.fill(body)
     gen = local(engine)
-    state = gen.den.encode(gen.build_context(engine.options, body, [], 128)[0])
+    state = gen.den.prefill(gen.build_context(engine.options, body, [], 128)[0])
     logits = gen.den.length_logits(state)  # type: ignore[attr-defined]
     from engine.local.length import fitted_length
 
@@ -351,7 +351,7 @@ def test_several_canvas_lengths_are_filled_at_once_and_ranked_by_the_one_token_m
 
     gen = local(engine)
     body = InfillRequest(prefix=BODY_PREFIX, suffix=BODY_SUFFIX, language="python", check_syntax=False)
-    state = gen.den.encode(gen.build_context(engine.options, body, [], 128)[0])
+    state = gen.den.prefill(gen.build_context(engine.options, body, [], 128)[0])
     logits = gen.den.length_logits(state)  # type: ignore[attr-defined]
     quantiles = [0.05, 0.5, 1.0]
     lengths = list(dict.fromkeys(fitted_length(logits, 128, q) for q in quantiles))

@@ -126,9 +126,9 @@ def test_the_prompt_is_laid_out_in_place_with_no_markers(loaded: Any, tmp_path: 
     assert den.layout.split(Prompt(prefix=p, suffix=s, middle=m)) == ((start, *p, *m), s)
     assert den.layout.ids(Prompt(prefix=p, suffix=s, middle=m)) == (start, *p, *m, *s)
     assert den.layout.split(Prompt(prefix=(5, 6), suffix=s, plain=True)) == ((start, 5, 6), ())
-    assert den.encode([5, 6]).token_ids == (start, 5, 6) and den.layout.overhead == 1
+    assert den.prefill([5, 6]).token_ids == (start, 5, 6) and den.layout.overhead == 1
     with pytest.raises(ValueError, match="max_positions"):
-        den.encode(Prompt(prefix=(7,) * 600))
+        den.prefill(Prompt(prefix=(7,) * 600))
 
 
 def test_denoise_equals_lladas_forward_unshifted_under_full_attention(loaded: Any, llada_dir: Path) -> None:
@@ -137,7 +137,7 @@ def test_denoise_equals_lladas_forward_unshifted_under_full_attention(loaded: An
     before, after = den.layout.split(ctx)
     canvas = torch.full((2, 6), den.info.mask_id)
     canvas[1, 2] = loaded.tokenizer.encode("a")[0]
-    got = den.denoise(den.encode(ctx), canvas)
+    got = den.denoise(den.prefill(ctx), canvas)
     assert got.shape == (2, 6, den.info.vocab_size) and got.dtype == torch.float32
     p = len(before)
     for row in range(2):
@@ -145,7 +145,7 @@ def test_denoise_equals_lladas_forward_unshifted_under_full_attention(loaded: An
         torch.testing.assert_close(got[row], want[p : p + 6], atol=1e-4, rtol=1e-4)
         assert not torch.allclose(got[row], want[p - 1 : p + 5], atol=1e-2)  # Dream's shift would not match
     # bidirectional: the suffix and a later canvas token change the first position's logits
-    other = den.denoise(den.encode(prompt(loaded, suffix="\nclass Point:\n")), canvas)
+    other = den.denoise(den.prefill(prompt(loaded, suffix="\nclass Point:\n")), canvas)
     assert not torch.allclose(other[0, 0], got[0, 0], atol=1e-4)
     assert not torch.allclose(got[0, 0], got[1, 0], atol=1e-4)
 
@@ -153,7 +153,7 @@ def test_denoise_equals_lladas_forward_unshifted_under_full_attention(loaded: An
 def test_the_dual_cache_matches_exact_on_the_first_step_and_keeps_the_context(loaded: Any) -> None:
     exact = loaded.denoiser
     dual = LLaDADenoiser(exact.model, exact.layout, exact.info, cache="dual")
-    state = dual.encode(prompt(loaded))
+    state = dual.prefill(prompt(loaded))
     canvas = torch.full((3, 5), exact.info.mask_id)
     first = dual.denoise(state, canvas)
     torch.testing.assert_close(first, exact.denoise(state, canvas), atol=1e-4, rtol=1e-4)
@@ -270,7 +270,7 @@ class KnownDenoiser:
             vocab_size=V, regime="absorbing", eof_id=EOS, pad_id=EOS, mask_id=MASK, max_positions=512
         )
 
-    def encode(self, prompt: Any, state: Any = None) -> EncodedContext:
+    def prefill(self, prompt: Any, state: Any = None) -> EncodedContext:
         return EncodedContext((), None)
 
     def denoise(self, state: EncodedContext, canvas: Any, self_cond: Any = None) -> Any:
@@ -286,7 +286,7 @@ def unmasked_each_step(cfg: SamplerConfig, length: int, seed: int) -> tuple[list
     seen: list[np.ndarray] = []
     steer = Steering(on_step=lambda view: seen.append(np.asarray(view.canvas)[0].copy()))
     canvas = np.full((1, length), MASK, dtype=np.int64)
-    result = sampler.run(den, den.encode(None), canvas, cfg, NumpyRandomSource(0), steer=steer)
+    result = sampler.run(den, den.prefill(None), canvas, cfg, NumpyRandomSource(0), steer=steer)
     before = [np.full(length, MASK), *seen[:-1]]
     got = [
         {int(j) for j in np.flatnonzero((old == MASK) & (new != MASK))} for old, new in zip(before, seen, strict=True)
@@ -339,7 +339,7 @@ def test_other_strategies_unmask_in_another_order() -> None:
     seen: list[np.ndarray] = []
     cfg = SamplerConfig(strategy="fixed_k", k=3, max_steps=4)
     steer = Steering(on_step=lambda view: seen.append(np.asarray(view.canvas)[0].copy()))
-    sampler.run(den, den.encode(None), np.full((1, 10), MASK), cfg, NumpyRandomSource(0), steer=steer)
+    sampler.run(den, den.prefill(None), np.full((1, 10), MASK), cfg, NumpyRandomSource(0), steer=steer)
     before = [np.full(10, MASK), *seen[:-1]]
     got = [
         {int(j) for j in np.flatnonzero((old == MASK) & (new != MASK))} for old, new in zip(before, seen, strict=True)
@@ -409,7 +409,7 @@ def test_quantized_llada_steps_close_to_full_precision(loaded: Any, llada_dir: P
 
     def step(model: Any, suffix: str = SUFFIX) -> Any:
         den = model.denoiser
-        return den.denoise(den.encode(prompt(model, suffix=suffix)), canvas)
+        return den.denoise(den.prefill(prompt(model, suffix=suffix)), canvas)
 
     full, other = step(loaded), step(loaded, suffix="\nclass Point:\n")
     assert (step(small) - full).abs().max() < (other - full).abs().max()

@@ -49,13 +49,13 @@ def test_train_export_eval(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     before = load_model(out)
     ids = before.tokenizer.encode("def f(x):\n    return x\n")
     canvas = np.arange(6).reshape(1, 6)
-    want = before.denoiser.denoise(before.denoiser.encode(ids), canvas)
+    want = before.denoiser.denoise(before.denoiser.prefill(ids), canvas)
     exported = tmp_path / "exported"
     assert main(["export-onnx", "--model", str(out), "--out", str(exported)]) == 0
     for name in ("encode.onnx", "denoise.onnx"):
         (out / name).write_bytes((exported / name).read_bytes())
     after = load_model(out)
-    np.testing.assert_allclose(after.denoiser.denoise(after.denoiser.encode(ids), canvas), want, atol=1e-5)
+    np.testing.assert_allclose(after.denoiser.denoise(after.denoiser.prefill(ids), canvas), want, atol=1e-5)
     capsys.readouterr()
 
     # train --resume continues from the directory's weights and tokenizer

@@ -158,7 +158,7 @@ class ScriptedDenoiser:
         self.script = script
         self.layout = suffix_first(tokenizer)  # the shipped model's order, with its markers
 
-    def encode(self, prompt: Prompt | Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
+    def prefill(self, prompt: Prompt | Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
         prompt = as_prompt(prompt)
         prefix, suffix = self.tok.decode([*prompt.prefix, *prompt.middle]), self.tok.decode(list(prompt.suffix))
         texts, delay_ms = self.script.fills_for(prefix, suffix)

@@ -36,7 +36,7 @@ class ResizingFake:
         )  # fmt: skip
         self.widths: list[list[int]] = []  # each call: each row's length
 
-    def encode(self, ids: Any, state: Any = None) -> EncodedContext:
+    def prefill(self, ids: Any, state: Any = None) -> EncodedContext:
         return EncodedContext(token_ids=tuple(ids), payload=None)
 
     def denoise(self, state: EncodedContext, canvas: Any, self_cond: Any = None) -> Any:
@@ -84,7 +84,7 @@ def fill(den: ResizingFake, budget: int, cfg: SamplerConfig = ONE_AT_A_TIME) -> 
     def on_step(view: StepView) -> None:
         widths.append(int(view.canvas.shape[1]))
 
-    res = run(den, den.encode([2]), canvas, cfg, rng, steer=Steering(on_step=on_step))  # type: ignore[arg-type]
+    res = run(den, den.prefill([2]), canvas, cfg, rng, steer=Steering(on_step=on_step))  # type: ignore[arg-type]
     return res, widths
 
 

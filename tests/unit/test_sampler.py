@@ -45,7 +45,7 @@ class FakeDenoiser:
         self.seen: list[np.ndarray] = []
         self.self_conds: list[Any] = []
 
-    def encode(self, ids: Any, state: Any = None) -> EncodedContext:
+    def prefill(self, ids: Any, state: Any = None) -> EncodedContext:
         return EncodedContext(token_ids=tuple(ids), payload=None)
 
     def denoise(self, state: EncodedContext, canvas: Any, self_cond: Any = None) -> Any:
@@ -85,7 +85,7 @@ def sample(den: FakeDenoiser, cfg: SamplerConfig, b: int = 1, **steer: Any) -> t
     def on_step(v: StepView) -> None:
         views.append(np.asarray(v.canvas).copy() if den.lib == "numpy" else v.canvas.numpy().copy())
 
-    res = run(den, den.encode([2, 3]), canvas, cfg, rng, steer=Steering(on_step=on_step, **steer))
+    res = run(den, den.prefill([2, 3]), canvas, cfg, rng, steer=Steering(on_step=on_step, **steer))
     return res, views
 
 
@@ -210,7 +210,7 @@ def test_drafts_are_kept_only_where_the_model_agrees(lib: str) -> None:
         views: list[np.ndarray] = []
         res = run(
             den,
-            den.encode([1]),
+            den.prefill([1]),
             den.as_array(canvas),
             SamplerConfig(entropy_bound=0.01, draft_confidence=draft_confidence),
             den.random_source(0),
@@ -332,7 +332,7 @@ def test_min_tokens_bars_end_of_fill_before_it(lib: str) -> None:
     den = FakeDenoiser([EOF, PAD, PAD, PAD], [9.0, 9.0, 9.0, 9.0], lib)
     den.logits[0, 7] = 5.0  # the likeliest token that is not an end
     den.logits[1, 8] = 5.0
-    state = den.encode([3])
+    state = den.prefill([3])
     for min_tokens, want in ((0, [EOF, PAD, PAD, PAD]), (1, [7, EOF, PAD, PAD]), (2, [7, 8, EOF, PAD])):
         cfg = SamplerConfig(max_steps=8, min_tokens=min_tokens)
         out = run(den, state, initial_canvas(den, 1, 4, den.random_source(0)), cfg, den.random_source(0))
@@ -348,7 +348,7 @@ def test_the_one_token_strategies_need_their_own_loop(strategy: Any, loop: str) 
     with pytest.raises(ValueError, match=loop):
         run(
             den,
-            den.encode([3]),
+            den.prefill([3]),
             initial_canvas(den, 1, 1, den.random_source(0)),
             SamplerConfig(strategy=strategy),
             den.random_source(0),
