@@ -25,11 +25,11 @@ import logging
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
-from engine.decoding import STRATEGIES, SamplerConfig
+from engine.commands.engine_args import engine_from_args, engine_source
+from engine.decoding import STRATEGIES
 from engine.errors import EngineError, InputError
 from engine.models.directory import DEFAULT_MODEL_DIR
 from engine.models.folder import DEFAULT_DEADLINE_MS
@@ -74,50 +74,6 @@ def split_at(text: str, line: int, col: int) -> tuple[str, str]:
         raise InputError(f"column {col} is outside line {line} (1..{len(body) + 1})")
     offset = sum(len(x) for x in lines[: line - 1]) + col - 1
     return text[:offset], text[offset:]
-
-
-def sampler_from_args(args: argparse.Namespace, engine: Any) -> SamplerConfig | None:
-    """The whole sampler the arguments ask for, over the model's default for a single
-    line, or None: the model's defaults for each span (what `options_from_args` gives)."""
-    changes: dict[str, Any] = {}
-    if args.strategy:
-        changes["strategy"] = args.strategy
-    if args.steps is not None:
-        changes["max_steps"] = args.steps
-    return replace(engine.generator.default_sampler(), **changes) if changes else None
-
-
-def options_from_args(args: argparse.Namespace) -> Any:
-    """The engine's budgets and sampling from the arguments (None: the model's)."""
-    from engine.fill import FillOptions
-
-    return FillOptions(
-        canvas_tokens=args.canvas_tokens,
-        context_tokens=args.context_tokens,
-        strategy=args.strategy,
-        max_steps=args.steps,
-        seed=args.seed,
-        use_drafter=None if args.drafter is None else args.drafter == "on",
-        fit_canvas=None if args.fit_canvas is None else args.fit_canvas == "on",
-        middle_priming=None if args.middle_priming is None else args.middle_priming == "on",
-    )
-
-
-def engine_source(args: argparse.Namespace) -> Any:
-    """Where the arguments say fills come from (engine.opener: the same policy as the
-    language server's: --model, else the models folder's best here, else the shipped model)."""
-    from engine.opener import EngineSource
-
-    return EngineSource(model=args.model, backend=args.backend, device=args.device, quantization=args.quantization)
-
-
-def engine_from_args(args: argparse.Namespace) -> Any:
-    """The engine the arguments name (`engine_source`), with their options."""
-    from engine.opener import open_engine
-
-    opened = open_engine(engine_source(args), options_from_args(args))
-    log.info("fills from %s", opened.where)
-    return opened.engine
 
 
 def _request(args: argparse.Namespace, prefix: str, suffix: str, language: str | None) -> Any:

@@ -1,5 +1,6 @@
 """diffusion-infill's measuring commands, `bench` and `eval`; engine/commands/cli.py parses their
-arguments and imports this module only when one of them runs."""
+arguments and imports this module only when one of them runs (the engine the arguments name
+comes from engine/commands/engine_args.py, not from the command line's module)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import argparse
 import json
 import sys
 
-from engine.commands.cli import engine_from_args, sampler_from_args
+from engine.commands.engine_args import engine_from_args, sampler_from_args
 from engine.denoisers.loading import load_model
 from engine.errors import InputError
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.commands.cli import build_parser, engine_source
+from engine.commands.cli import build_parser
+from engine.commands.engine_args import engine_source
 from engine.models.directory import DEFAULT_MODEL_DIR
 from engine.models.folder import Timing, machine_key, write_timing
 from engine.opener import EngineSource, model_choice, open_engine
