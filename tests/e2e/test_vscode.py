@@ -8,35 +8,36 @@ one appears where it should, lands in the file, and leaves the file parsing.
 
 from __future__ import annotations
 
-import ast
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.e2e.vscode_harness import EXTENSION, ROOT, VSCode, build_vsix, ensure_node, node_env, vscode_session
+from tests.e2e.vscode_harness import (
+    EXTENSION,
+    HOLES,
+    INVENTORY,
+    ROOT,
+    STATUS_READY,
+    VSCode,
+    ask_for_ghost_text,
+    build_vsix,
+    ensure_node,
+    fill_all_holes,
+    line_of,
+    node_env,
+    parses,
+    save_and_read,
+    vscode_session,
+)
 
 pytestmark = pytest.mark.e2e
 
-FIXTURES = ROOT / "fixtures"
-INVENTORY = FIXTURES / "code" / "inventory.py"
-HOLES = FIXTURES / "e2e" / "holes.py"
 ARTIFACTS = ROOT / "test-artifacts"
 TRIGGER_KEY = "Control+Alt+J"  # bound to "Trigger Inline Suggestion" in the session's keybindings.json
 DEBOUNCE_MS = 5000  # the server waits this long before an automatic fill: room for a second request
-STATUS_READY = r"^\S*\s*Diffusion$"  # the status item once the model has loaded (no "loading")
-
-
-def parses(text: str) -> bool:
-    try:
-        ast.parse(text)
-    except SyntaxError:
-        return False
-    return True
 
 
 @pytest.fixture(scope="module")
@@ -80,42 +81,21 @@ def test_extension_type_checks_and_lints() -> None:
         assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout}{proc.stderr}"
 
 
-def _line_of(text: str, line: str) -> int:
-    """1-based number of the first line equal to `line`."""
-    return text.splitlines().index(line) + 1
-
-
-def _save_and_read(vscode: VSCode, path: Path, before: str) -> str:
-    """Save the active editor and read the file once it changed on disk. A key press can
-    be lost while the workbench moves focus (a CI run saved nothing after a command), so
-    the save is asked for again through the command palette."""
-    text = before
-    for attempt in range(3):
-        if attempt == 0:
-            vscode.ui("press", key="Control+S")
-        else:
-            vscode.ui("command", title="File: Save")
-        text = vscode.wait_file(path, lambda t: t != before, timeout_s=10)
-        if text != before:
-            break
-    return text
-
-
 def test_ghost_text_in_a_function_body_is_accepted_with_tab(vscode: VSCode, explain: None) -> None:
     """Cursor after `return ` in Item.total (the expression deleted): ghost text shows, Tab
     accepts it, the saved file has the fill there and parses."""
     path = vscode.workspace / "inventory.py"
     vscode.ui("openFile", name="inventory.py")
-    line = _line_of(path.read_text(), "        return self.price * self.quantity")
+    line = line_of(path.read_text(), "        return self.price * self.quantity")
     vscode.ui("goto", line=line, column=len("        return ") + 1)
     vscode.ui("press", key="Shift+End")
     vscode.ui("press", key="Delete")
-    ghost = _ask_for_ghost_text(vscode)
+    ghost = ask_for_ghost_text(vscode)
     assert ghost.strip(), "no ghost text at the cursor"
     _screenshot(vscode, "ghost-text")
     before = path.read_text()
     vscode.ui("press", key="Tab")
-    after = _save_and_read(vscode, path, before)
+    after = save_and_read(vscode, path, before)
     lines = after.splitlines()
     filled = lines[line - 1]
     assert filled.startswith("        return ") and filled[len("        return ") :].strip(), (
@@ -124,32 +104,6 @@ def test_ghost_text_in_a_function_body_is_accepted_with_tab(vscode: VSCode, expl
     assert [e for e in vscode.events("inline") if e["outcome"] == "served"], vscode.diagnostics()
     assert lines[: line - 1] == before.splitlines()[: line - 1], "text before the cursor changed"
     assert parses(after), f"inventory.py does not parse after accepting the fill at line {line}:\n{after}"
-
-
-def _ask_for_ghost_text(vscode: VSCode) -> str:
-    """Trigger an inline suggestion and wait for its ghost text; once more if none shows
-    (on a loaded 2-core machine the first trigger can race the edit before it)."""
-    time.sleep(0.5)  # let the edit reach the server before asking
-    for attempt in range(2):
-        vscode.ui("command", title="Trigger Inline Suggestion")
-        try:
-            return str(vscode.ui("ghostText", timeout=20000))
-        except RuntimeError:
-            if attempt:
-                raise
-    raise AssertionError("unreachable")
-
-
-def fill_all_holes(vscode: VSCode) -> tuple[int, list[dict[str, Any]], str]:
-    """Run "Fill all holes in file" on holes.py from the command palette and save: the
-    command events before it, the events after it, and the saved file."""
-    path = vscode.workspace / "holes.py"
-    before = path.read_text()
-    vscode.ui("openFile", name="holes.py")
-    count = len(vscode.events("command"))
-    vscode.ui("command", title="Diffusion: Fill all holes in file")
-    done = vscode.wait_events("command", count + 1)
-    return count, done, _save_and_read(vscode, path, before)
 
 
 def test_fill_all_holes_fills_both_holes(vscode: VSCode, explain: None) -> None:
@@ -173,7 +127,7 @@ def test_regenerate_selection_replaces_the_selection(vscode: VSCode, explain: No
     before = path.read_text()
     vscode.ui("openFile", name="inventory.py")
     old = "        return sum(item.total() for item in self.items.values())"
-    line = _line_of(before, old)
+    line = line_of(before, old)
     vscode.ui("goto", line=line, column=len("        return ") + 1)
     vscode.ui("press", key="Shift+End")
     count = len(vscode.events("command"))
@@ -181,7 +135,7 @@ def test_regenerate_selection_replaces_the_selection(vscode: VSCode, explain: No
     events = vscode.wait_events("command", count + 1)
     assert len(events) > count and events[-1]["command"] == "diffusion.regenerateSelection", vscode.diagnostics()
     assert events[-1]["outcome"] == "served", vscode.diagnostics()
-    after = _save_and_read(vscode, path, before)
+    after = save_and_read(vscode, path, before)
     old_lines, new_lines = before.splitlines(), after.splitlines()
     assert after != before, "the selection was not replaced"
     # everything outside the selected statement (a whole syntax node) is as it was
@@ -198,7 +152,7 @@ def test_a_second_request_while_the_first_runs_is_served_and_the_first_dropped(v
     and the first is dropped: only the second's text shows and is accepted."""
     path = vscode.workspace / "inventory.py"
     vscode.ui("openFile", name="inventory.py")
-    line = _line_of(path.read_text(), "        return sorted(self.items)")
+    line = line_of(path.read_text(), "        return sorted(self.items)")
     vscode.ui("goto", line=line, column=len("        return ") + 1)
     vscode.ui("press", key="Shift+End")
     vscode.ui("press", key="Delete")

@@ -9,17 +9,18 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.test_vscode import (
+from tests.e2e.vscode_harness import (
     HOLES,
     INVENTORY,
     STATUS_READY,
-    _ask_for_ghost_text,
-    _line_of,
-    _save_and_read,
+    VSCode,
+    ask_for_ghost_text,
     fill_all_holes,
+    line_of,
     parses,
+    save_and_read,
+    vscode_session,
 )
-from tests.e2e.vscode_harness import VSCode, vscode_session
 from tests.real_engine import RunningEngine
 
 pytestmark = pytest.mark.e2e
@@ -37,15 +38,15 @@ def remote_vscode(tmp_path_factory: pytest.TempPathFactory, real_engine: Running
 def test_ghost_text_from_the_engine_is_accepted_with_tab(remote_vscode: VSCode) -> None:
     vscode = remote_vscode
     path = vscode.workspace / "inventory.py"
-    line = _line_of(path.read_text(), "        return self.price * self.quantity")
+    line = line_of(path.read_text(), "        return self.price * self.quantity")
     vscode.ui("goto", line=line, column=len("        return ") + 1)
     vscode.ui("press", key="Shift+End")
     vscode.ui("press", key="Delete")
-    ghost = _ask_for_ghost_text(vscode)
+    ghost = ask_for_ghost_text(vscode)
     assert ghost.strip() and set(ghost.strip()) <= {"x", "y"}, ghost
     before = path.read_text()
     vscode.ui("press", key="Tab")
-    after = _save_and_read(vscode, path, before)
+    after = save_and_read(vscode, path, before)
     filled = after.splitlines()[line - 1]
     assert filled == "        return " + ghost.strip(), (filled, vscode.diagnostics())
     assert parses(after)

@@ -11,6 +11,7 @@ install is redone only when its lockfile or Node changes (a stamp file records t
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -322,3 +323,66 @@ def vscode_session(
         except subprocess.TimeoutExpired:
             server.kill()
         log.close()
+
+
+# -- what the tests on the shipped model and on a remote engine share
+
+FIXTURES = ROOT / "fixtures"
+INVENTORY = FIXTURES / "code" / "inventory.py"
+HOLES = FIXTURES / "e2e" / "holes.py"
+STATUS_READY = r"^\S*\s*Diffusion$"  # the status item once the model has loaded (no "loading")
+
+
+def parses(text: str) -> bool:
+    try:
+        ast.parse(text)
+    except SyntaxError:
+        return False
+    return True
+
+
+def line_of(text: str, line: str) -> int:
+    """1-based number of the first line equal to `line`."""
+    return text.splitlines().index(line) + 1
+
+
+def save_and_read(vscode: VSCode, path: Path, before: str) -> str:
+    """Save the active editor and read the file once it changed on disk. A key press can
+    be lost while the workbench moves focus (a CI run saved nothing after a command), so
+    the save is asked for again through the command palette."""
+    text = before
+    for attempt in range(3):
+        if attempt == 0:
+            vscode.ui("press", key="Control+S")
+        else:
+            vscode.ui("command", title="File: Save")
+        text = vscode.wait_file(path, lambda t: t != before, timeout_s=10)
+        if text != before:
+            break
+    return text
+
+
+def ask_for_ghost_text(vscode: VSCode) -> str:
+    """Trigger an inline suggestion and wait for its ghost text; once more if none shows
+    (on a loaded 2-core machine the first trigger can race the edit before it)."""
+    time.sleep(0.5)  # let the edit reach the server before asking
+    for attempt in range(2):
+        vscode.ui("command", title="Trigger Inline Suggestion")
+        try:
+            return str(vscode.ui("ghostText", timeout=20000))
+        except RuntimeError:
+            if attempt:
+                raise
+    raise AssertionError("unreachable")
+
+
+def fill_all_holes(vscode: VSCode) -> tuple[int, list[dict[str, Any]], str]:
+    """Run "Fill all holes in file" on holes.py from the command palette and save: the
+    command events before it, the events after it, and the saved file."""
+    path = vscode.workspace / "holes.py"
+    before = path.read_text()
+    vscode.ui("openFile", name="holes.py")
+    count = len(vscode.events("command"))
+    vscode.ui("command", title="Diffusion: Fill all holes in file")
+    done = vscode.wait_events("command", count + 1)
+    return count, done, save_and_read(vscode, path, before)

@@ -9,13 +9,12 @@ happen to write."""
 
 from __future__ import annotations
 
-import ast
-
 import pytest
 import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
+from tests.lsp import helpers
 from tests.lsp.scripted_server import scripted_command
 
 URI = "file:///work/holes.py"
@@ -74,28 +73,11 @@ def open_doc(client: LanguageClient, uri: str, text: str) -> None:
 
 
 async def actions(client: LanguageClient, rng: types.Range, uri: str = URI) -> list[tuple[str, str, list[object]]]:
-    """(title, command, arguments) of each code action offered."""
-    result = await client.text_document_code_action_async(
-        types.CodeActionParams(types.TextDocumentIdentifier(uri), rng, types.CodeActionContext(diagnostics=[]))
-    )
-    out = []
-    for a in result or []:
-        if isinstance(a, types.CodeAction) and a.command is not None:
-            out.append((a.title, a.command.command, list(a.command.arguments or [])))
-        elif isinstance(a, types.Command):
-            # the test client's converter reads a CodeAction that carries a command as a
-            # Command whose `command` is the str() of the nested one: undo that here
-            nested = (
-                ast.literal_eval(a.command)
-                if a.command.startswith("{")
-                else {"command": a.command, "arguments": a.arguments}
-            )
-            out.append((a.title, nested["command"], list(nested.get("arguments") or [])))
-    return out
+    return await helpers.actions(client, rng, uri)
 
 
 async def action(client: LanguageClient, title: str, rng: types.Range, uri: str = URI) -> tuple[str, str, list[object]]:
-    return next(a for a in await actions(client, rng, uri) if a[0] == title)
+    return await helpers.action(client, title, rng, uri)
 
 
 async def run(client: LanguageClient, action: tuple[str, str, list[object]], uri: str = URI) -> list[types.TextEdit]:

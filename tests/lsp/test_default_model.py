@@ -12,7 +12,8 @@ import pytest
 from engine.models.directory import DEFAULT_MODEL_DIR
 from engine.models.folder import Timing, machine_key, write_timing
 from lsp_server.client import StdioClient
-from tests.lsp.test_robustness import REAL_SERVER, SAMPLE, URI, answered, inline_params
+from tests.lsp.helpers import REAL_SERVER, SAMPLE, answered, inline_params
+from tests.lsp.helpers import SAMPLE_URI as URI
 
 
 def serving(settings: dict[str, object]) -> str:

@@ -12,8 +12,9 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
-from tests.lsp.test_code_actions import action
-from tests.lsp.test_remote_server import TEXT, URI, inline  # the same file, cursor after `return `
+from tests.lsp.helpers import TOTAL_TEXT as TEXT
+from tests.lsp.helpers import TOTAL_URI as URI
+from tests.lsp.helpers import action, inline
 from tests.real_engine import RunningEngine
 
 pytest.importorskip("xllamacpp")

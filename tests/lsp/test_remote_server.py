@@ -14,10 +14,9 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
 from tests.fake_engine import Engine, json_reply, serve
+from tests.lsp.helpers import TOTAL_CURSOR, TOTAL_TEXT, TOTAL_URI, inline
 
-URI = "file:///work/remote.py"
-TEXT = "def total(items):\n    count = 0\n    for item in items:\n        count += item\n    return \n"
-CURSOR = types.Position(4, 11)  # after `return `
+URI, TEXT, CURSOR = TOTAL_URI, TOTAL_TEXT, TOTAL_CURSOR  # the cursor after `return `
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -57,18 +56,6 @@ async def client(lsp_client: LanguageClient, fake: Engine):  # type: ignore[no-u
     lsp_client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(URI, "python", 1, TEXT)))
     yield
     await lsp_client.shutdown_session()
-
-
-async def inline(client: LanguageClient, kind: types.InlineCompletionTriggerKind) -> list[str]:
-    result = await client.text_document_inline_completion_async(
-        types.InlineCompletionParams(
-            text_document=types.TextDocumentIdentifier(URI),
-            position=CURSOR,
-            context=types.InlineCompletionContext(trigger_kind=kind),
-        )
-    )
-    items = result.items if isinstance(result, types.InlineCompletionList) else result or []
-    return [i.insert_text if isinstance(i.insert_text, str) else i.insert_text.value for i in items]
 
 
 async def test_ghost_text_comes_from_the_endpoint(client: LanguageClient, fake: Engine) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,11 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lsp_server.client import StdioClient
+from tests.lsp.helpers import REAL_SERVER, ROOT, SAMPLE, SAMPLE_URI, answered, inline_params
 from tests.lsp.scripted_server import scripted_command
 
-ROOT = Path(__file__).resolve().parents[2]
-SAMPLE = (ROOT / "fixtures" / "code" / "inventory.py").read_text()
-URI = "file:///work/inventory.py"
+URI = SAMPLE_URI
 COUNT = "    def count(self) -> int:\n        return len(self.items)\n"  # the fill at line 26, a blank line
 COBOL = "       AUTHOR. DIFFUSION."
 SCRIPT = {
@@ -38,29 +36,7 @@ SCRIPT = {
     "default": COUNT,
 }
 SERVER = scripted_command(SCRIPT)
-REAL_SERVER = [sys.executable, "-m", "lsp_server"]  # the shipped model
 INVALID_PARAMS = -32602
-
-
-INTERNAL_ERROR = -32603
-
-
-def answered(response: dict[str, Any]) -> bool:
-    """A response carries a result, or a clear error: a code other than InternalError (a
-    handler that failed) and a one-line message."""
-    if "error" in response:
-        error = response["error"]
-        code = error.get("code")
-        return isinstance(code, int) and code != INTERNAL_ERROR and "Traceback" not in str(error.get("message"))
-    return "result" in response
-
-
-def inline_params(uri: str, line: int, character: int, invoked: bool = True) -> dict[str, Any]:
-    return {
-        "textDocument": {"uri": uri},
-        "position": {"line": line, "character": character},
-        "context": {"triggerKind": 1 if invoked else 2},
-    }
 
 
 def alive(client: StdioClient) -> bool:
