@@ -52,7 +52,9 @@ class Prompt:
 
     prefix: tuple[int, ...] = ()  # the code before the fill, nearest the cursor last
     suffix: tuple[int, ...] = ()  # the code after the fill
-    middle: tuple[int, ...] = ()  # the fill accepted so far (verified decoding's drafts continue it)
+    # the fill's given start: what is accepted so far (verified decoding's drafts continue
+    # it), or the line typed so far (middle priming, engine.local.heal)
+    middle: tuple[int, ...] = ()
     plain: bool = False  # a bare prompt: `prefix` (then `middle`) as it is, no fill-in-the-middle markers
 
     def extended(self, ids: Sequence[int]) -> Prompt:

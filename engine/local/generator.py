@@ -39,7 +39,7 @@ from engine.fill import Engine, FillControl, FillLimits, FillOptions, InfillRequ
 from engine.local import drafter, resize
 from engine.local.cache import DEFAULT_MAX_BYTES, ContextCache
 from engine.local.echo import Echo
-from engine.local.heal import Heal, Spelling, split_line
+from engine.local.heal import Heal, Spelling, primed
 from engine.local.length import DEFAULT_QUANTILE, DEFAULT_SLACK, fitted_length
 from engine.local.one_token import run_autoregressive, token_logprobs
 from engine.local.sampler import initial_canvas, run
@@ -262,7 +262,7 @@ class LocalGenerator:
         line = req.prefix[line_start(req.prefix, len(req.prefix)) :]
         if len(line) > MAX_PRIMED_CHARS:
             return None
-        return split_line(line, self.tok.last_piece_start(line))
+        return primed(line, self.tok.last_piece_start(line), self.spelling)
 
     @functools.cached_property
     def spelling(self) -> Spelling:

@@ -14,6 +14,7 @@ the editor gets is what the model wrote after those characters.
 
 from __future__ import annotations
 
+import functools
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,11 +39,30 @@ class Spelling:
 
     def allowed(self, rest: str) -> np.ndarray:
         """Ids of the tokens that may come next while `rest` is left to spell: those whose
-        text starts with it, and those whose text is a shorter start of it."""
-        lo = bisect_left(self._sorted, rest)
-        hi = bisect_left(self._sorted, rest + _LAST_CHAR, lo)
-        starts = [self._exact[rest[:k]] for k in range(1, len(rest)) if rest[:k] in self._exact]
+        text starts with it, and those whose text is a shorter start of it that leaves
+        what the vocabulary can still spell."""
+        lo, hi = self._extending(rest)
+        starts = [
+            self._exact[rest[:k]] for k in range(1, len(rest)) if rest[:k] in self._exact and self.spells(rest[k:])
+        ]
         return np.concatenate([self._ids[lo:hi], np.asarray([i for ids in starts for i in ids], dtype=np.int64)])
+
+    def spells(self, text: str) -> bool:
+        """Whether some tokens of the vocabulary write `text` first (a vocabulary of every
+        byte always can; a small one may not have a token for a space)."""
+        return self._spells(text)
+
+    @functools.lru_cache(maxsize=4096)  # noqa: B019 (one Spelling a model, kept as long as it)
+    def _spells(self, text: str) -> bool:
+        if not text:
+            return True
+        lo, hi = self._extending(text)
+        return hi > lo or any(text[:k] in self._exact and self._spells(text[k:]) for k in range(1, len(text)))
+
+    def _extending(self, text: str) -> tuple[int, int]:
+        """The range of the sorted texts that start with `text`."""
+        lo = bisect_left(self._sorted, text)
+        return lo, bisect_left(self._sorted, text + _LAST_CHAR, lo)
 
     def text(self, token: int) -> str:
         return self._texts[token] if 0 <= token < len(self._texts) else ""
@@ -90,3 +110,9 @@ def split_line(line: str, piece_start: int) -> tuple[str, str] | None:
     if not tail.isascii():
         return None
     return kept, tail
+
+
+def primed(line: str, piece_start: int, spelling: Spelling) -> tuple[str, str] | None:
+    """`split_line`, where the vocabulary can spell the characters given to the fill."""
+    split = split_line(line, piece_start)
+    return split if split is not None and spelling.spells(split[1]) else None

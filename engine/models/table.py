@@ -146,7 +146,10 @@ def described(model_type: str) -> str:
     """What a model_type `pull` takes is, for its message: "Dream, Qwen2 or Llama
     (Dream-v0, ...), the dream backend"."""
     r = PULLED[model_type]
-    return f"{r.kind}" + (f" ({r.released})" if r.released else "") + f", the {r.name} backend"
+    said = f"{r.kind}" + (f" ({r.released})" if r.released else "") + f", the {r.name} backend"
+    if model_type in AUTOREGRESSIVE_MODEL_TYPES:
+        said += "; an autoregressive model: `diffusion-infill adapt` trains it into a Dream-architecture infiller"
+    return said
 
 
 def row(name: str, model_type: object = None) -> Backend:

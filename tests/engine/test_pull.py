@@ -352,7 +352,7 @@ def test_pull_fetches_config_tokenizer_safetensors_and_texts_and_nothing_else(
     assert hub.downloads() == PULLED
     never = ("pytorch_model.bin", "modeling_dream.py", ".gitattributes", "original/")
     assert not [r.path for r in hub.requests if any(n in r.path for n in never)]  # not even asked about
-    assert f"from {hub.url}" in err and "Dream family" in err
+    assert f"from {hub.url}" in err and "model_type Dream: Dream, Qwen2 or Llama" in err and "the dream backend" in err
     assert f"--model {dest}" in err
 
 
@@ -686,7 +686,7 @@ def test_sizes_read_as_the_hub_shows_them(n: int, text: str) -> None:
     [
         ({"model_type": "diffusion_gemma"}, False, "model_type diffusion_gemma: DiffusionGemma (DiffusionGemma 26B), the diffusion_gemma backend"),
         ({"model_type": "Dream"}, False, "Dream, Qwen2 or Llama (Dream-v0, DiffuCoder, Dream-Coder, DreamOn, Qwen2.5-Coder), the dream backend"),
-        ({"model_type": "llama"}, False, "the dream backend"),
+        ({"model_type": "llama"}, False, "the dream backend; an autoregressive model: `diffusion-infill adapt` trains it"),
         ({"model_type": "llada"}, False, "LLaDA (LLaDA 8B Base and Instruct), the llada backend"),
         ({"model_type": "Fast_dLLM_Qwen"}, False, "Fast-dLLM v2 or SDAR (Fast-dLLM v2, SDAR), the block_causal backend"),
         ({"model_type": "sdar"}, False, "Fast-dLLM v2 or SDAR (Fast-dLLM v2, SDAR), the block_causal backend"),

@@ -9,7 +9,7 @@ import numpy as np
 from engine.decoding import SamplerConfig
 from engine.denoisers.base import EncodedContext
 from engine.denoisers.onnx import NumpyRandomSource
-from engine.local.heal import Heal, Spelling, split_line
+from engine.local.heal import Heal, Spelling, primed, split_line
 from engine.local.one_token import run_autoregressive
 from engine.local.steering import Steering
 from engine.models.tokenizer import train_tokenizer
@@ -26,8 +26,13 @@ def test_the_tokens_that_may_spell_a_start_are_its_extensions_and_its_starts() -
     sp = Spelling(TEXTS)
     assert sorted(sp.allowed("ab").tolist()) == [A, AB, ABC]  # "ab\ufffd" is never one: part of a character
     assert sorted(sp.allowed("b").tolist()) == [B, BC]
-    assert sorted(sp.allowed(" retu").tolist()) == [10, 12, 13]  # " ", " ret", " return"
+    # " ret" (then "u") and " return"; not " ", after which no token writes "retu"
+    assert sorted(sp.allowed(" retu").tolist()) == [12, 13]
     assert sp.allowed("q").size == 0
+    assert sp.spells(" retu") and not sp.spells("q") and not sp.spells("aq")
+    narrow = Spelling(["", "", "ab", "a"])  # no token writes "c"
+    assert narrow.allowed("abc").size == 0 and not narrow.spells("abc") and narrow.spells("aab")
+    assert primed("x abc", 1, narrow) is None and primed("x ab", 1, Spelling(["", " ab"])) == ("x", " ab")
 
 
 def test_a_step_says_what_is_left_and_whether_the_token_wrote_only_what_was_given() -> None:

@@ -82,9 +82,9 @@ local function go(line, col)
   api.nvim_win_set_cursor(0, { line, col - 1 })
 end
 
---- (1) Ghost text appears where the user starts typing in insert mode (a blank line that
---- ends a method's body); Tab accepts it.
-function S.ghost_text(h)
+--- Open the fixture, go to the spec's place in insert mode and wait for ghost text;
+--- records the text before, the mode, the cursor and the ghost text.
+local function ghost_at_cursor(h)
   local bufnr, client = open(h)
   record_inline_requests(h, client)
   h.result.before = h:text(bufnr)
@@ -96,12 +96,24 @@ function S.ghost_text(h)
   h.result.ghost = h:wait(function()
     return ghost(bufnr)
   end, 'ghost text')
-  local shown = h:text(bufnr)
-  h.result.unchanged_while_shown = shown == h.result.before
-  h:feed('<Tab>')
+  return bufnr
+end
+
+--- Press `key` and wait until the buffer changed (and, with `cleared`, the ghost text went).
+local function press(h, bufnr, key, what, cleared)
+  local before = h:text(bufnr)
+  h:feed(key)
   h:wait(function()
-    return ghost(bufnr) == nil and h:text(bufnr) ~= shown
-  end, 'the suggestion to be accepted')
+    return h:text(bufnr) ~= before and not (cleared and ghost(bufnr))
+  end, what)
+end
+
+--- (1) Ghost text appears where the user starts typing in insert mode (a blank line that
+--- ends a method's body); Tab accepts it.
+function S.ghost_text(h)
+  local bufnr = ghost_at_cursor(h)
+  h.result.unchanged_while_shown = h:text(bufnr) == h.result.before
+  press(h, bufnr, '<Tab>', 'the suggestion to be accepted', true)
   h.result.after = h:text(bufnr)
   h:feed('<Esc>')
   vim.cmd.write()
@@ -110,33 +122,16 @@ end
 --- (1a) Accept a word: the ghost text's next word goes in at the cursor, and the rest
 --- comes back as ghost text (the server types through what it showed); Tab takes it.
 function S.accept_word(h)
-  local bufnr, client = open(h)
-  record_inline_requests(h, client)
-  h.result.before = h:text(bufnr)
-  go(h.spec.line, h.spec.col)
-  h:feed('i')
-  local cursor = api.nvim_win_get_cursor(0)
-  h.result.cursor = { cursor[1] - 1, cursor[2] }
-  h.result.ghost = h:wait(function()
-    return ghost(bufnr)
-  end, 'ghost text')
-  local shown = h:text(bufnr)
-  h:feed('<M-Right>')
-  h:wait(function()
-    return h:text(bufnr) ~= shown
-  end, 'a word to be accepted')
+  local bufnr = ghost_at_cursor(h)
+  press(h, bufnr, '<M-Right>', 'a word to be accepted')
   h.result.after_word = h:text(bufnr)
   local now = api.nvim_win_get_cursor(0)
   h.result.cursor_after_word = { now[1] - 1, now[2] }
-  if h.result.after_word ~= shown .. '' and #h.result.after_word - #shown < #h.result.ghost.text then
+  if #h.result.after_word - #h.result.before < #h.result.ghost.text then -- a word of several
     h.result.rest = h:wait(function()
       return ghost(bufnr)
     end, 'the rest as ghost text')
-    local before_tab = h:text(bufnr)
-    h:feed('<Tab>')
-    h:wait(function()
-      return h:text(bufnr) ~= before_tab
-    end, 'the rest to be accepted')
+    press(h, bufnr, '<Tab>', 'the rest to be accepted')
   end
   h.result.after = h:text(bufnr)
   h:feed('<Esc>')
