@@ -47,17 +47,14 @@ class Spelling:
         ]
         return np.concatenate([self._ids[lo:hi], np.asarray([i for ids in starts for i in ids], dtype=np.int64)])
 
+    @functools.lru_cache(maxsize=4096)  # noqa: B019 (one Spelling a model, kept as long as it)
     def spells(self, text: str) -> bool:
         """Whether some tokens of the vocabulary write `text` first (a vocabulary of every
         byte always can; a small one may not have a token for a space)."""
-        return self._spells(text)
-
-    @functools.lru_cache(maxsize=4096)  # noqa: B019 (one Spelling a model, kept as long as it)
-    def _spells(self, text: str) -> bool:
         if not text:
             return True
         lo, hi = self._extending(text)
-        return hi > lo or any(text[:k] in self._exact and self._spells(text[k:]) for k in range(1, len(text)))
+        return hi > lo or any(text[:k] in self._exact and self.spells(text[k:]) for k in range(1, len(text)))
 
     def _extending(self, text: str) -> tuple[int, int]:
         """The range of the sorted texts that start with `text`."""
