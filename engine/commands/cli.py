@@ -33,7 +33,16 @@ from engine.decoding import STRATEGIES
 from engine.errors import EngineError, InputError
 from engine.models.directory import DEFAULT_MODEL_DIR
 from engine.models.folder import DEFAULT_DEADLINE_MS
-from engine.models.table import BACKENDS, EXPORTED, QUANTIZATIONS, kinds, quantized_rows
+from engine.models.table import (
+    AUTOREGRESSIVE_MODEL_TYPES,
+    BACKENDS,
+    EXPORTED,
+    GGUF_ARCHITECTURES,
+    PULLED,
+    QUANTIZATIONS,
+    kinds,
+    quantized_rows,
+)
 from engine.spans import language_for
 from fill_server.config import DEFAULT_HOST, DEFAULT_MAX_BODY, DEFAULT_PORT, DEFAULT_QUEUE
 
@@ -448,7 +457,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ad = sub.add_parser(
         "adapt",
-        help="train a Qwen2 or Llama checkpoint into a Dream-style infiller (canvas + one-token mode)",
+        help=f"train a checkpoint ({', '.join(AUTOREGRESSIVE_MODEL_TYPES)}) into a Dream-style infiller "
+        "(canvas + one-token mode)",
         description="Fine-tune a pretrained autoregressive checkpoint directory (e.g. from convert-gguf or pull) "
         "so that its layers fill a canvas in place under full attention with shifted logits, keeping the "
         "next-token loss; writes a checkpoint directory the dream backend loads (docs/models.md).",
@@ -479,8 +489,8 @@ def build_parser() -> argparse.ArgumentParser:
     x = sub.add_parser(
         "export-onnx",
         parents=[common],
-        help="write the ONNX graphs for a model's safetensors: the embedded model's next to them, a Qwen2, "
-        "Llama or Dream checkpoint's as a new model directory the base install runs (backend onnx)",
+        help="write the ONNX graphs for a model's safetensors: the embedded model's next to them, a checkpoint's "
+        f"({', '.join(EXPORTED)}) as a new model directory the base install runs (backend onnx)",
     )
     x.add_argument("--out", type=Path, help="where to write (the embedded model: its own directory by default)")
     x.add_argument(
@@ -494,7 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pl = sub.add_parser(
         "pull",
-        help="download a DiffusionGemma, Dream-family, Qwen2 or Llama checkpoint from the Hugging Face Hub",
+        help=f"download a checkpoint from the Hugging Face Hub: {kinds(tuple(dict.fromkeys(PULLED.values())), False)}",
         description="Download a checkpoint's config, tokenizer and safetensors weights into the models folder "
         "and print its directory. The Hub is HF_ENDPOINT's (default huggingface.co); HF_TOKEN opens gated repos. "
         "Running it again resumes an interrupted pull.",
@@ -515,7 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--ready",
         choices=("int8", "int4", "none"),
         default="int8",
-        help="then export a Qwen2, Llama or Dream checkpoint for the base install at 8 bits (the default) or 4 into "
+        help=f"then export a checkpoint ({', '.join(EXPORTED)}) for the base install at 8 bits (the default) or 4 into "
         "DIR-int8 (or -int4) and time it here, so the language server can choose it (needs the torch extra); "
         "none: the checkpoint only",
     )
@@ -548,8 +558,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     cg = sub.add_parser(
         "convert-gguf",
-        help="write a checkpoint directory (safetensors, config.json, tokenizer.json) from a Qwen2 or Llama GGUF file",
-        description="Dequantize an autoregressive Qwen2 or Llama model stored as GGUF into a checkpoint directory "
+        help="write a checkpoint directory (safetensors, config.json, tokenizer.json) from a GGUF file "
+        f"({', '.join(GGUF_ARCHITECTURES)})",
+        description=f"Dequantize an autoregressive model ({', '.join(GGUF_ARCHITECTURES)}) stored as GGUF into a "
+        "checkpoint directory "
         "that the dream backend loads (one token at a time) and `adapt` trains; prints the directory.",
     )
     cg.add_argument("-v", "--verbose", action="store_true")

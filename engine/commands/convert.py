@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import InputError, ModelLoadError
+from engine.models.table import GGUF_ARCHITECTURES
 
 log = logging.getLogger(__name__)
 
-SUPPORTED = ("qwen2", "llama")
+SUPPORTED = GGUF_ARCHITECTURES
 
 
 def sha256_of(path: Path, chunk: int = 1 << 24) -> str:

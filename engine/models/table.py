@@ -24,6 +24,7 @@ LLADA_MODEL_TYPE = "llada"  # LLaDA (GSAI-ML): a Llama-style mask predictor, log
 FAST_DLLM_MODEL_TYPE = "Fast_dLLM_Qwen"  # Fast-dLLM v2 (NVlabs): Qwen2.5 layers, blocks of config.json's bd_size
 SDAR_MODEL_TYPE = "sdar"  # SDAR (JetAstra): Qwen3 layers, blocks of config.json's block_size
 BLOCK_CAUSAL_MODEL_TYPES = (FAST_DLLM_MODEL_TYPE, SDAR_MODEL_TYPE)
+GGUF_ARCHITECTURES = ("qwen2", "llama")  # the GGUF files convert-gguf reads (their general.architecture)
 ONNX_LM_MODEL_TYPE = "onnx_lm"  # one of those exported for onnxruntime (diffusion-infill export-onnx)
 
 WEIGHT_QUANTIZATIONS = ("none", "int8", "4bit")  # engine/denoisers/quant.py: every transformers backend

@@ -240,8 +240,9 @@ def adapt(source: Path, out: Path, data: Sequence[Path], cfg: AdaptConfig) -> di
     """Train `source` (a qwen2/llama or Dream checkpoint directory) and write `out`; returns
     the summary (held-out losses before and after, steps, tokens, seconds)."""
     src_cfg = read_config(source)
-    if src_cfg.get("model_type") not in AUTOREGRESSIVE_MODEL_TYPES + DREAM_MODEL_TYPES:
-        raise InputError(f"{source}: adapt takes a Qwen2, Llama or Dream checkpoint, not {src_cfg.get('model_type')!r}")
+    takes = AUTOREGRESSIVE_MODEL_TYPES + DREAM_MODEL_TYPES
+    if src_cfg.get("model_type") not in takes:
+        raise InputError(f"{source}: adapt takes model_type {', '.join(takes)}, not {src_cfg.get('model_type')!r}")
     loaded: LoadedModel = load_model(source, backend="dream", device=cfg.device)
     den: Any = loaded.denoiser
     model, sp = den.model, den.sp

@@ -12,7 +12,7 @@ from pathlib import Path
 from engine.denoisers.loading import load_model
 from engine.errors import InputError
 from engine.models.directory import DEFAULT_MODEL_DIR, read_config
-from engine.models.table import AUTOREGRESSIVE_MODEL_TYPES, DREAM_MODEL_TYPES
+from engine.models.table import EXPORTED
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -67,10 +67,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise InputError(f"export needs torch: pip install 'diffusion-lsp[torch]' ({exc})") from exc
     model = args.model or DEFAULT_MODEL_DIR  # export works on a directory: no --model is the shipped one
-    if read_config(model).get("model_type") in (*DREAM_MODEL_TYPES, *AUTOREGRESSIVE_MODEL_TYPES):
+    if read_config(model).get("model_type") in EXPORTED:
         if args.out is None:
             raise InputError(
-                "export-onnx of a Qwen2, Llama or Dream checkpoint writes a new model directory: give --out"
+                f"export-onnx of a checkpoint ({', '.join(EXPORTED)}) writes a new model directory: give --out"
             )
         export_lm(model, args.out, args.quantize)
         sys.stdout.write(f"{args.out}\n")

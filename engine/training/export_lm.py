@@ -157,7 +157,7 @@ def export_lm(source: Path, out: Path, quantize: str = "int8") -> Path:
     cfg = read_config(source)
     model_type = cfg.get("model_type")
     if model_type not in EXPORTED:
-        raise ModelLoadError(f"{source} is not a Qwen2, Llama or Dream checkpoint (model_type {model_type!r})")
+        raise ModelLoadError(f"{source}: export-onnx takes model_type {', '.join(EXPORTED)}, not {model_type!r}")
     require(source, TOKENIZER_FILE)
     hf = load_causal_model(source, cfg, "cpu", torch.float32)
     graph = LMGraph(hf).eval()

@@ -118,7 +118,7 @@ def test_adapt_refuses_what_it_cannot_train(tmp_path: Path, capsys: Any) -> None
         )
         == 2
     )
-    assert "adapt takes a Qwen2, Llama or Dream checkpoint" in capsys.readouterr().err
+    assert "adapt takes model_type qwen2, llama, Dream, dream" in capsys.readouterr().err  # the table's types
     assert (
         main(["adapt", "--model", str(tmp_path), "--out", str(tmp_path / "o"), "--data", str(tmp_path / "none")]) == 2
     )

@@ -4,6 +4,7 @@ settings, the command line and the docs say what it says."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -52,3 +53,36 @@ def test_the_docs_list_the_backends_and_quantizations_there_are(doc: Path) -> No
     for flag, values in (("backend", BACKENDS), ("quantization", QUANTIZATIONS)):
         for listed in re.findall(rf"--{flag} \{{([^}}]*)\}}", text):
             assert tuple(v.strip() for v in listed.split(",")) == values, f"{doc.name}: --{flag} {{{listed}}}"
+
+
+FAMILIES = ("DiffusionGemma", "Dream", "Qwen2", "Llama", "LLaDA", "SDAR", "Fast-dLLM")
+
+
+def _messages(tree: ast.AST) -> list[str]:
+    """The string literals of a module that are not docstrings (f-strings' text parts too)."""
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+    ]
+
+
+def test_no_list_of_families_is_written_by_hand_outside_the_table() -> None:
+    """A message, help text or description that names several families is made from the
+    table (engine/models/table.py), not written out where it can fall behind it."""
+    found = []
+    for path in sorted([*(ROOT / "engine").rglob("*.py"), *(ROOT / "lsp_server").rglob("*.py")]):
+        if path == ROOT / "engine" / "models" / "table.py":
+            continue
+        for text in _messages(ast.parse(path.read_text(encoding="utf-8"))):
+            if sum(name in text for name in FAMILIES) >= 2:
+                found.append(f"{path.relative_to(ROOT)}: {text[:80]!r}")
+    assert not found, found
