@@ -5,8 +5,9 @@ The steps of `LocalGenerator.generate`, once engine.fill has planned the span an
   1. tokenize prefix and suffix and trim each to its budget, keeping the code nearest
      the cursor; trims snap to whole lines in steps of TRIM_QUANTUM_LINES so that the
      context stays the same while the user types (cache reuse);
-  2. hand them to the backend as a `Prompt`; its layout puts them in the order its model
-     was trained on (the shipped model: suffix-prefix-middle, `<suf> S <pre> P <mid>`;
+  2. hand them to the backend as a `Prompt` (with middle priming, the cursor's line as the
+     fill's given start, its last piece spelled by the fill: engine.local.heal); its layout
+     puts them in the order its model was trained on (the shipped model: suffix-prefix-middle, `<suf> S <pre> P <mid>`;
      Qwen2: prefix-suffix-middle; the Dream family's canvas in place);
   3. encode it, reusing the cached state whose laid-out sequence shares the longest
      prefix with this one;
@@ -205,10 +206,10 @@ class LocalGenerator:
         req: InfillRequest,
         warnings: list[str],
         canvas: int,
-        primed: tuple[str, str] | None = None,
+        given: tuple[str, str] | None = None,
     ) -> tuple[Prompt, list[int]]:
         """(the prompt, its laid-out ids) within the budget, the layout's own tokens
-        included. `primed` (`_priming`): the end of the prefix (the cursor's line) goes to
+        included. `given` (`_priming`): the end of the prefix (the cursor's line) goes to
         the fill's given start instead, but for its last characters, which the fill spells."""
         budget = (
             opts.context_tokens
@@ -231,8 +232,8 @@ class LocalGenerator:
         cap = int(self.defaults.get("suffix_tokens", budget))
         prefix = req.prefix
         middle: tuple[int, ...] = ()  # the line's start, where it is primed
-        if primed is not None:
-            kept, tail = primed
+        if given is not None:
+            kept, tail = given
             prefix = req.prefix[: len(req.prefix) - len(kept) - len(tail)]
             middle = tuple(self.tok.encode(kept))
         suffix_ids = trim_suffix(self.tok.encode, req.suffix, min(cap, int(budget * SUFFIX_SHARE)))
@@ -300,9 +301,9 @@ class LocalGenerator:
         multiline = plan is not None and plan.span.multiline
         cfg = self._sampler_for(opts, req, b, warnings, multiline)
         # 1-2. the context (the cursor's line as the fill's start, where it is primed)
-        primed = self._priming(opts, req, cfg)
-        heal = Heal(primed[1], self.spelling) if primed is not None and primed[1] else None
-        prompt, ctx_ids = self.build_context(opts, req, warnings, c, primed)
+        given = self._priming(opts, req, cfg)
+        heal = Heal(given[1], self.spelling) if given is not None and given[1] else None
+        prompt, ctx_ids = self.build_context(opts, req, warnings, c, given)
         # 3. encode, reusing the cache
         t0 = time.perf_counter()
         cached, reused = self.cache.lookup(ctx_ids)
@@ -311,7 +312,7 @@ class LocalGenerator:
         t1 = time.perf_counter()
         # 4-5. canvas and sampling: one greedy row per fitted length, then the sampled
         # candidates (at the first length)
-        proposal, warm = ([], False) if req.refine or primed is not None else self._proposals(opts, req, prompt, c)
+        proposal, warm = ([], False) if req.refine or given is not None else self._proposals(opts, req, prompt, c)
         lengths = self._fitted(opts, req, cfg, state, c, len(proposal))
         greedy = max(1, len(lengths))
         rows = b + greedy - 1
