@@ -83,3 +83,11 @@ def test_end_of_fill_waits_for_the_given_characters_and_min_tokens_counts_after_
     # so the fill's own first token is not end-of-fill
     row, _ = _row([EOF] * 7, heal, min_tokens=1)
     assert row[0] == B and row[1] not in (EOF, PAD)
+
+
+def test_the_setting_turns_priming_off_or_leaves_it_to_the_model() -> None:
+    from lsp_server.service import options_from
+    from lsp_server.settings import Settings
+
+    assert options_from(Settings(middle_priming=False)).middle_priming is False
+    assert options_from(Settings()).middle_priming is None  # on: the model's default, MIDDLE_PRIMING
