@@ -1,0 +1,337 @@
+"""Edit benchmark (issue 48): does `diffusion/inlineEdit` fix what is wrong, and only that?
+
+Cases are cut from held-out real code (fixtures/typing/: function bodies from packages the
+shipped model never saw, in Python, JavaScript and Go, with their licences) by one fault
+each, made the way developers make them (`cut_cases`):
+
+- `rename`: a variable's definition renamed and a use left stale (the fix: the new name);
+- `typo`: two inner letters of a name swapped at a use;
+- `operator`: a comparison or an arithmetic operator changed (`==`/`!=`, `<`/`<=`, `+`/`-`);
+- `off_by_one`: a small integer literal moved by one.
+
+As many clean positions (a statement of the same regions left as it is: the right answer is
+no edit). Each case is opened in the real server over stdio and `diffusion/inlineEdit` asked
+at the fault (or the clean position). Reported per kind and in total (JSON): the right edit
+(applying the answer restores the original at the fault), the right place (an edit covers
+the fault), false edits at clean positions, the characters each answer replaces against the
+fault's own span, and latency p50. Never asserted in tests.
+
+    python bench/edits.py --model .weights-cache/qwen2.5-coder-0.5b-int8 [--per-file 3] [--timeout-s 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import re
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "fixtures" / "typing"
+KINDS = ("rename", "typo", "operator", "off_by_one")
+OPERATORS = (("==", "!="), ("!=", "=="), ("<=", "<"), (">=", ">"), (" < ", " <= "), (" > ", " >= "), (" + ", " - "))
+NAME = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]{3,}\b")
+KEYWORDS = frozenset(
+    [
+        "self",
+        "this",
+        "return",
+        "range",
+        "break",
+        "continue",
+        "false",
+        "true",
+        "nil",
+        "null",
+        "None",
+        "True",
+        "False",
+        "func",
+        "function",
+        "const",
+        "while",
+        "elif",
+        "else",
+        "case",
+        "default",
+        "switch",
+        "typeof",
+        "string",
+        "number",
+    ]
+)
+DEFINITION = {
+    "python": r"^\s*([A-Za-z_]\w{2,})\s*=[^=]",
+    "javascript": r"\b(?:let|const|var)\s+([A-Za-z_$][\w$]{2,})\s*=",
+    "go": r"\b([A-Za-z_]\w{2,})\s*:=",
+}
+
+
+@dataclass(frozen=True)
+class EditCase:
+    """A document with one fault (or none: a clean position), where to ask, and what the
+    text must be once the fault is fixed."""
+
+    name: str
+    kind: str  # one of KINDS, or "clean"
+    language: str
+    text: str  # the document as the developer has it
+    at: int  # the offset asked at: the fault's start, or the clean statement's
+    span: tuple[int, int]  # the faulty characters in `text` ((at, at) for a clean position)
+    fixed: str  # the right text for `span` (for a clean position, the text as it is)
+
+
+def _region_lines(text: str, start: int, end: int) -> list[tuple[int, str]]:
+    """(offset, line) of the region's non-blank lines."""
+    out, at = [], start
+    for line in text[start:end].split("\n"):
+        if line.strip():
+            out.append((at, line))
+        at += len(line) + 1
+    return out
+
+
+def _rename(text: str, lines: list[tuple[int, str]], language: str, rng: random.Random) -> EditCase | None:
+    pattern = re.compile(DEFINITION[language], re.M)
+    for off, line in rng.sample(lines, len(lines)):
+        m = pattern.search(line)
+        if m is None or m.group(1) in KEYWORDS:
+            continue
+        name, new = m.group(1), m.group(1) + "_all"
+        def_at = off + m.start(1)
+        use = re.search(rf"\b{re.escape(name)}\b", text[def_at + len(name) :])
+        if use is None:
+            continue
+        use_at = def_at + len(name) + use.start()
+        renamed = text[:def_at] + new + text[def_at + len(name) :]
+        at = use_at + len(new) - len(name)
+        return EditCase("", "rename", language, renamed, at, (at, at + len(name)), new)
+    return None
+
+
+def _typo(text: str, lines: list[tuple[int, str]], language: str, rng: random.Random) -> EditCase | None:
+    for off, line in rng.sample(lines, len(lines)):
+        names = [m for m in NAME.finditer(line) if m.group() not in KEYWORDS and len(set(m.group()[1:-1])) > 1]
+        if not names:
+            continue
+        m = rng.choice(names)
+        word = m.group()
+        i = rng.randrange(1, len(word) - 2)
+        if word[i] == word[i + 1]:
+            continue
+        wrong = word[:i] + word[i + 1] + word[i] + word[i + 2 :]
+        at = off + m.start()
+        return EditCase(
+            "", "typo", language, text[:at] + wrong + text[at + len(word) :], at, (at, at + len(word)), word
+        )
+    return None
+
+
+def _operator(text: str, lines: list[tuple[int, str]], language: str, rng: random.Random) -> EditCase | None:
+    for off, line in rng.sample(lines, len(lines)):
+        found = [(line.find(a), a, b) for a, b in OPERATORS if line.find(a) > 0]
+        if not found:
+            continue
+        i, right, wrong = min(found)
+        at = off + i
+        return EditCase(
+            "", "operator", language, text[:at] + wrong + text[at + len(right) :], at, (at, at + len(wrong)), right
+        )
+    return None
+
+
+def _off_by_one(text: str, lines: list[tuple[int, str]], language: str, rng: random.Random) -> EditCase | None:
+    for off, line in rng.sample(lines, len(lines)):
+        nums = [
+            m for m in re.finditer(r"(?<![\w.])([0-9])(?![\w.])", line) if not line.lstrip().startswith(("#", "//"))
+        ]
+        if not nums:
+            continue
+        m = rng.choice(nums)
+        right = m.group(1)
+        wrong = str(int(right) + 1)
+        at = off + m.start(1)
+        return EditCase("", "off_by_one", language, text[:at] + wrong + text[at + 1 :], at, (at, at + 1), right)
+    return None
+
+
+MUTATIONS = {"rename": _rename, "typo": _typo, "operator": _operator, "off_by_one": _off_by_one}
+
+
+def cut_cases(cases_file: Path = FIXTURES / "cases.json", per_file: int = 3, seed: int = 0) -> list[EditCase]:
+    """Up to `per_file` faults of different kinds a fixture, and as many clean positions."""
+    rng = random.Random(seed)
+    out: list[EditCase] = []
+    for spec in json.loads(cases_file.read_text(encoding="utf-8")):
+        text = (cases_file.parent / spec["file"]).read_text(encoding="utf-8")
+        lines = _region_lines(text, spec["region"]["start"], spec["region"]["end"])
+        if not lines:
+            continue
+        kinds = rng.sample(KINDS, len(KINDS))
+        faults = [c for k in kinds if (c := MUTATIONS[k](text, lines, spec["language"], rng)) is not None][:per_file]
+        used = {text.count("\n", 0, c.at) for c in faults}
+        clean = [(o, line) for o, line in lines if text.count("\n", 0, o) not in used]
+        for c, (o, line) in zip(faults, rng.sample(clean, min(len(faults), len(clean))), strict=False):
+            at = o + len(line) - len(line.lstrip())
+            out.append(EditCase(f"{spec['name']}:{c.kind}", c.kind, c.language, c.text, c.at, c.span, c.fixed))
+            out.append(EditCase(f"{spec['name']}:clean", "clean", c.language, text, at, (at, at), ""))
+    return out
+
+
+def _position(text: str, offset: int) -> dict[str, int]:
+    line = text.count("\n", 0, offset)
+    col = offset - (text.rfind("\n", 0, offset) + 1)
+    return {"line": line, "character": len(text[offset - col : offset].encode("utf-16-le")) // 2}
+
+
+def _offset(text: str, pos: dict[str, int]) -> int:
+    lines = text.split("\n")
+    row = min(int(pos["line"]), len(lines) - 1)
+    start = sum(len(s) + 1 for s in lines[:row])
+    units, i, line = int(pos["character"]), 0, lines[row]
+    while i < len(line) and units > 0:
+        units -= 2 if ord(line[i]) > 0xFFFF else 1
+        i += 1
+    return start + i
+
+
+def applied(text: str, edits: list[dict[str, Any]]) -> str:
+    """`text` with the answer's edits applied, last first."""
+    spans = sorted((_offset(text, e["range"]["start"]), _offset(text, e["range"]["end"]), e["text"]) for e in edits)
+    for a, b, new in reversed(spans):
+        text = text[:a] + new + text[b:]
+    return text
+
+
+def judge(case: EditCase, edits: list[dict[str, Any]]) -> dict[str, Any]:
+    """What an answer did at a case: changed anything, fixed it, at the right place, and how
+    many characters it replaced."""
+    after = applied(case.text, edits)
+    changed = after != case.text
+    a, b = case.span
+    want = case.text[:a] + case.fixed + case.text[b:]
+    ranges = [(_offset(case.text, e["range"]["start"]), _offset(case.text, e["range"]["end"])) for e in edits]
+    replaced = sum(e - s for s, e in ranges)
+    return {
+        "changed": changed,
+        "right_edit": case.kind != "clean" and after == want,
+        "right_place": case.kind != "clean" and any(s <= a and b <= e for s, e in ranges),
+        "replaced_chars": replaced,
+        "fault_chars": b - a,
+    }
+
+
+async def _ask(settings: dict[str, Any], cases: list[EditCase], timeout_s: float) -> list[dict[str, Any]]:
+    sys.path.insert(0, str(ROOT / "bench"))
+    from lsp_bench import start_server  # noqa: E402 (bench/ on the path)
+
+    client = await start_server(settings)
+    rows = []
+    try:
+        for n, case in enumerate(cases):
+            uri = f"file:///work/edits/{n}.{ {'python': 'py', 'javascript': 'js', 'go': 'go'}[case.language] }"
+            client.text_document_did_open(
+                _did_open(uri, case.language, case.text)  # type: ignore[arg-type]
+            )
+            params = {"textDocument": {"uri": uri, "version": 1}, "position": _position(case.text, case.at)}
+            t = time.perf_counter()
+            try:
+                result = await asyncio.wait_for(
+                    client.protocol.send_request_async("diffusion/inlineEdit", params), timeout_s
+                )
+                edits = [_plain(e) for e in (_field(result, "edits") or [])]
+                error = None
+            except Exception as exc:  # a timeout or an error answer: counted, the run goes on
+                edits, error = [], f"{type(exc).__name__}: {exc}"[:200]
+            ms = (time.perf_counter() - t) * 1000
+            rows.append(
+                {"name": case.name, "kind": case.kind, "ms": round(ms, 1), "error": error, **judge(case, edits)}
+            )
+            print(f"{case.name}: {rows[-1]}", file=sys.stderr)
+    finally:
+        await client.shutdown_session()
+    return rows
+
+
+def _did_open(uri: str, language: str, text: str) -> Any:
+    from lsprotocol import types
+
+    return types.DidOpenTextDocumentParams(types.TextDocumentItem(uri=uri, language_id=language, version=1, text=text))
+
+
+def _field(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def _plain(edit: Any) -> dict[str, Any]:
+    """An edit as plain JSON (the client may hand back attribute objects)."""
+    rng = _field(edit, "range")
+
+    def pos(p: Any) -> dict[str, int]:
+        return {"line": int(_field(p, "line")), "character": int(_field(p, "character"))}
+
+    return {
+        "range": {"start": pos(_field(rng, "start")), "end": pos(_field(rng, "end"))},
+        "text": str(_field(edit, "text")),
+    }
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per kind and in total: the right edit and the right place at faults, false edits at
+    clean positions, answers that replaced more than the fault's span, latency p50."""
+
+    def of(group: list[dict[str, Any]]) -> dict[str, Any]:
+        faults = [r for r in group if r["kind"] != "clean"]
+        clean = [r for r in group if r["kind"] == "clean"]
+        share = lambda k, rs: round(sum(bool(r[k]) for r in rs) / len(rs), 4) if rs else None  # noqa: E731
+        return {
+            "faults": len(faults),
+            "right_edit": share("right_edit", faults),
+            "right_place": share("right_place", faults),
+            "clean": len(clean),
+            "false_edits": share("changed", clean),
+            "wider_than_the_fault": sum(
+                r["changed"] and r["replaced_chars"] > max(r["fault_chars"], 1) * 4 for r in group
+            ),
+            "errors": sum(r["error"] is not None for r in group),
+            "p50_ms": round(statistics.median(r["ms"] for r in group), 1) if group else None,
+        }
+
+    kinds = {k: of([r for r in rows if r["kind"] == k]) for k in (*KINDS, "clean")}
+    return {"total": of(rows), "by_kind": kinds}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", type=Path, help="model directory (the server's model setting)")
+    p.add_argument("--settings", type=json.loads, default={}, help="diffusionLsp settings (JSON)")
+    p.add_argument("--per-file", type=int, default=3, help="faults cut from each fixture")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout-s", type=float, default=60.0, help="an answer later than this counts as none")
+    args = p.parse_args()
+    settings = {**({"model": str(args.model)} if args.model else {}), **args.settings}
+    cases = cut_cases(per_file=args.per_file, seed=args.seed)
+    rows = asyncio.run(_ask(settings, cases, args.timeout_s))
+    report = {
+        "when": time.strftime("%Y-%m-%d %H:%M"),
+        "model": str(args.model) if args.model else None,
+        "settings": args.settings,
+        "cases": len(cases),
+        **summary(rows),
+        "rows": rows,
+        "case_specs": [{k: v for k, v in asdict(c).items() if k != "text"} for c in cases],
+    }
+    json.dump(report, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

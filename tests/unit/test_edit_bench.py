@@ -1,0 +1,55 @@
+"""bench/edits.py's cases and its judge: at least 40 faults cut from the held-out fixtures,
+each differing from the real code only in its span, as many clean positions, and an answer
+judged by what applying it does."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("edits_bench", ROOT / "bench" / "edits.py")
+assert _spec is not None and _spec.loader is not None
+edits = importlib.util.module_from_spec(_spec)
+sys.modules["edits_bench"] = edits  # its dataclasses look their module up
+_spec.loader.exec_module(edits)
+
+
+def _original(case: Any) -> str:
+    specs = json.loads((edits.FIXTURES / "cases.json").read_text())
+    spec = next(s for s in specs if s["name"] == case.name.split(":")[0])
+    return str((edits.FIXTURES / spec["file"]).read_text())
+
+
+def _edit(text: str, a: int, b: int, new: str) -> dict[str, Any]:
+    return {"range": {"start": edits._position(text, a), "end": edits._position(text, b)}, "text": new}
+
+
+def test_the_cases_are_faults_of_real_code_and_as_many_clean_positions() -> None:
+    cases = edits.cut_cases()
+    faults = [c for c in cases if c.kind != "clean"]
+    assert len(faults) >= 40 and len(cases) == 2 * len(faults)
+    assert {c.kind for c in faults} == set(edits.KINDS)
+    for c in faults:
+        a, b = c.span
+        fixed = c.text[:a] + c.fixed + c.text[b:]
+        if c.kind != "rename":  # a rename also renamed the definition: the rest differs there
+            assert fixed == _original(c), c.name
+        assert c.text[a:b] != c.fixed
+    assert all(c.text == _original(c) for c in cases if c.kind == "clean")
+
+
+def test_an_answer_is_judged_by_what_applying_it_does() -> None:
+    case = next(c for c in edits.cut_cases() if c.kind == "typo")
+    a, b = case.span
+    right = edits.judge(case, [_edit(case.text, a, b, case.fixed)])
+    assert right["right_edit"] and right["right_place"] and right["replaced_chars"] == b - a
+    line_start = case.text.rfind("\n", 0, a) + 1
+    wide = edits.judge(case, [_edit(case.text, line_start, b, case.text[line_start:a] + "x")])
+    assert not wide["right_edit"] and wide["right_place"] and wide["replaced_chars"] == b - line_start
+    assert edits.judge(case, []) == {
+        "changed": False, "right_edit": False, "right_place": False, "replaced_chars": 0, "fault_chars": b - a,
+    }  # fmt: skip
