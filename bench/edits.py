@@ -229,6 +229,8 @@ def judge(case: EditCase, edits: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def _ask(settings: dict[str, Any], cases: list[EditCase], timeout_s: float) -> list[dict[str, Any]]:
+    """Each case asked in turn through one server; an answer later than `timeout_s` counts
+    as none, and the server is started again (its one worker would still be busy with it)."""
     sys.path.insert(0, str(ROOT / "bench"))
     from lsp_bench import start_server  # noqa: E402 (bench/ on the path)
 
@@ -237,27 +239,40 @@ async def _ask(settings: dict[str, Any], cases: list[EditCase], timeout_s: float
     try:
         for n, case in enumerate(cases):
             uri = f"file:///work/edits/{n}.{ {'python': 'py', 'javascript': 'js', 'go': 'go'}[case.language] }"
-            client.text_document_did_open(
-                _did_open(uri, case.language, case.text)  # type: ignore[arg-type]
-            )
+            client.text_document_did_open(_did_open(uri, case.language, case.text))
             params = {"textDocument": {"uri": uri, "version": 1}, "position": _position(case.text, case.at)}
             t = time.perf_counter()
-            try:
-                result = await asyncio.wait_for(
-                    client.protocol.send_request_async("diffusion/inlineEdit", params), timeout_s
-                )
-                edits = [_plain(e) for e in (_field(result, "edits") or [])]
-                error = None
-            except Exception as exc:  # a timeout or an error answer: counted, the run goes on
-                edits, error = [], f"{type(exc).__name__}: {exc}"[:200]
+            asked = asyncio.ensure_future(client.protocol.send_request_async("diffusion/inlineEdit", params))
+            done, _ = await asyncio.wait({asked}, timeout=timeout_s)
+            edits: list[dict[str, Any]] = []
+            error = None
             ms = (time.perf_counter() - t) * 1000
+            if not done:
+                error = f"no answer in {timeout_s:g} s"
+                asked.add_done_callback(lambda f: f.cancelled() or f.exception())  # its end is expected
+                await _stop(client)
+                client = await start_server(settings)
+            elif asked.exception() is not None:
+                error = f"{type(asked.exception()).__name__}: {asked.exception()}"[:200]
+            else:
+                edits = [_plain(e) for e in (_field(asked.result(), "edits") or [])]
             rows.append(
                 {"name": case.name, "kind": case.kind, "ms": round(ms, 1), "error": error, **judge(case, edits)}
             )
             print(f"{case.name}: {rows[-1]}", file=sys.stderr)
     finally:
-        await client.shutdown_session()
+        await _stop(client)
     return rows
+
+
+async def _stop(client: Any) -> None:
+    """End the server: politely, else by killing it (a fill may hold its one worker)."""
+    try:
+        await asyncio.wait_for(client.shutdown_session(), 10)
+    except Exception:  # a server busy past the wait, or already gone
+        proc = getattr(client, "_server", None)
+        if proc is not None and proc.returncode is None:
+            proc.kill()
 
 
 def _did_open(uri: str, language: str, text: str) -> Any:
