@@ -8,17 +8,20 @@ from lsprotocol import converters, types
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import TextDocument
 
+from engine.edits import EditRequest, implied
 from engine.fill import InfillRequest
-from engine.spans import Span, enclosing_node, expand_selection, find_holes
+from engine.spans import Document, Span, enclosing_node, expand_selection, find_holes
 from engine.spans.lines import line_end, line_start
 from lsp_server import convert
 from lsp_server.context import grammar_name, open_document, require, syntax_tree
 from lsp_server.protocol import DiffusionServer
 from lsp_server.service import REGION
+from lsp_server.settings import AUTO
 
 INLINE_EDIT = "diffusion/inlineEdit"  # custom request: next edit suggestion
 REGION_CANDIDATES = 8  # when the greedy fill of a region is blank: candidates to choose a parsing fill from
 MAX_INLINE_EDIT_CHARS = 2000  # a next-edit rewrites a statement, not a whole file
+MAX_REGION_LINES = 3  # a longer statement: a next edit refines the position's line
 _CONVERTER = converters.get_converter()
 
 
@@ -92,22 +95,51 @@ async def refine_selection(
 
 
 async def inline_edit(ls: DiffusionServer, params: object) -> dict[str, object]:
-    """Next edit suggestion: the statement around the position, refined (its unlikely
-    tokens re-filled). Answer: {"edits": [{"range", "text", "textDocument": {"uri",
-    "version"}}]}, the shape Copilot's inline edits use; no edits when nothing changes."""
+    """Next edit suggestion (engine.edits): what the developer's last edit implies elsewhere
+    in the document (the other uses of a renamed name, lines like the one changed), and
+    what the statement at the position needs, each bounded to what it fixes. Answer:
+    {"edits": [{"range", "text", "confidence", "textDocument": {"uri", "version"}}]}, best
+    first (the shape Copilot's inline edits use); no edits where nothing is likely wrong."""
     uri, _version, position = _inline_edit_params(params)
     doc = open_document(ls, uri)
     if doc is None or not doc.source.strip():
         return {"edits": []}
-    lo, hi = enclosing_node(syntax_tree(ls, uri, doc), convert.locate(doc, position).offset)
-    if hi - lo > MAX_INLINE_EDIT_CHARS or (lo, hi) == (0, len(doc.source)):
-        return {"edits": []}  # no statement here (a blank line): nothing to suggest
-    edit = await _replace(ls, doc, uri, lo, hi, refine=True, apply=False)
-    change = edit.document_changes[0].edits[0] if edit is not None and edit.document_changes else None  # type: ignore[union-attr]
-    if not isinstance(change, types.TextEdit) or change.new_text == doc.source[lo:hi]:
+    text, version = doc.source, doc.version
+    region = edit_region(syntax_tree(ls, uri, doc), convert.locate(doc, position).offset)
+    last = ls.fills.last_edit(uri, text)
+    proposals = implied(text, last.start, last.old, last.new) if last is not None else []
+    req = EditRequest(text, grammar_name(doc), region, proposals, margin=_margin(ls))
+    edits = await ls.fills.edits(uri, req)
+    if not edits or not _current(ls, uri, version):
         return {"edits": []}
-    rng = _CONVERTER.unstructure(change.range)
-    return {"edits": [{"range": rng, "text": change.new_text, "textDocument": {"uri": uri, "version": doc.version}}]}
+    return {
+        "edits": [
+            {
+                "range": _CONVERTER.unstructure(_text_edit(doc, e.start, e.end, e.text).range),
+                "text": e.text,
+                "confidence": e.confidence,
+                "textDocument": {"uri": uri, "version": version},
+            }
+            for e in edits
+        ]
+    }
+
+
+def edit_region(doc: Document, offset: int) -> tuple[int, int] | None:
+    """Where a next edit looks for what is wrong: the statement at `offset` when it is at
+    most MAX_REGION_LINES lines, else the line; None on a blank line (nothing to refine)."""
+    lo, hi = enclosing_node(doc, offset)
+    if hi - lo > MAX_INLINE_EDIT_CHARS or doc.text.count("\n", lo, hi) >= MAX_REGION_LINES:
+        lo, hi = line_start(doc.text, offset), line_end(doc.text, offset)
+    if not doc.text[lo:hi].strip():
+        return None
+    return lo, hi
+
+
+def _margin(ls: DiffusionServer) -> float | None:
+    """The editMargin setting for engine.edits (None: its own margins)."""
+    value = ls.fills.settings.edit_margin
+    return None if value == AUTO else float(value)
 
 
 def holes_on_lines(text: str, holes: list[Span], start: int, end: int) -> list[Span]:
@@ -127,40 +159,46 @@ def _selection_actions(uri: str, start: types.Position, end: types.Position) -> 
 async def _rewrite_selection(
     ls: DiffusionServer, uri: str, rng: types.Range, refine: bool
 ) -> types.WorkspaceEdit | None:
-    """Regenerate (everything masked) or refine (unlikely tokens masked) a selection grown
-    to whole syntax nodes."""
+    """Regenerate (the whole selection re-filled) or refine (the few edits the model finds
+    it needs, engine.edits) a selection grown to whole syntax nodes."""
     doc = open_document(ls, uri)
     if doc is None:
         return None
     lo = convert.locate(doc, rng.start).offset
     hi = convert.locate(doc, rng.end).offset
     lo, hi = expand_selection(syntax_tree(ls, uri, doc), lo, hi)
-    return await _replace(ls, doc, uri, lo, hi, refine=refine)
+    if not refine:
+        return await _replace(ls, doc, uri, lo, hi)
+    text, version = doc.source, doc.version
+    edits = await ls.fills.edits(uri, EditRequest(text, grammar_name(doc), (lo, hi), margin=_margin(ls)))
+    if edits is None or not _current(ls, uri, version):
+        return None
+    if not edits:
+        ls.tell("nothing here that the model finds wrong; the text was left as it is")
+        return None
+    return _edit(ls, uri, version, [_text_edit(doc, e.start, e.end, e.text) for e in edits], True, "Refine selection")
 
 
 async def _replace(
-    ls: DiffusionServer, doc: TextDocument, uri: str, start: int, end: int, refine: bool = False, apply: bool = True
+    ls: DiffusionServer, doc: TextDocument, uri: str, start: int, end: int
 ) -> types.WorkspaceEdit | None:
-    """Fill text[start:end] from its surroundings (or refine the text there) and apply the
-    edit in the client. The range and version are those of the text the fill was made
-    for; when the document changes meanwhile, the fill is dropped."""
+    """Fill text[start:end] from its surroundings and apply the edit in the client. The
+    range and version are those of the text the fill was made for; when the document changes meanwhile, the fill is dropped."""
     text, version = doc.source, doc.version
     req = InfillRequest(
         text[:start],
         text[end:],
         grammar_name(doc),
         region=text[start:end],
-        refine=refine,
         retry_candidates=REGION_CANDIDATES,  # a blank fill would delete the region: never that
     )
     answer = await ls.fills.fill(uri, req, REGION)
     if answer is None or not _current(ls, uri, version):
         return None
     if not answer.text:  # never delete the user's code for want of a fill
-        if apply:
-            ls.tell("no fill that parses here; the text was left as it is")
+        ls.tell("no fill that parses here; the text was left as it is")
         return None
-    return _edit(ls, uri, version, [_text_edit(doc, start, end, answer.text)], apply)
+    return _edit(ls, uri, version, [_text_edit(doc, start, end, answer.text)], True)
 
 
 def _current(ls: DiffusionServer, uri: str, version: int | None) -> bool:

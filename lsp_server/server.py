@@ -46,6 +46,7 @@ def register(server: DiffusionServer) -> None:
         (types.INITIALIZE, None, initialize),
         (types.INITIALIZED, None, initialized),
         (types.WORKSPACE_DID_CHANGE_CONFIGURATION, None, did_change_configuration),
+        (types.TEXT_DOCUMENT_DID_OPEN, None, did_open),
         (types.TEXT_DOCUMENT_DID_CHANGE, None, did_change),
         (types.TEXT_DOCUMENT_DID_CLOSE, None, did_close),
         (types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions(), completion.inline_completion),
@@ -97,8 +98,17 @@ async def did_change_configuration(ls: DiffusionServer, params: types.DidChangeC
     _apply_settings(ls, pulled if pulled is not None else params.settings, load=True)
 
 
+def did_open(ls: DiffusionServer, params: types.DidOpenTextDocumentParams) -> None:
+    """pygls has stored the document: its edit history starts (lsp_server.history)."""
+    uri = params.text_document.uri
+    doc = ls.workspace.text_documents.get(uri)
+    if doc is not None:
+        ls.fills.opened(uri, doc.source)
+
+
 def did_change(ls: DiffusionServer, params: types.DidChangeTextDocumentParams) -> None:
-    """pygls has applied the change: the running fill goes on only if the user typed into it."""
+    """pygls has applied the change: the running fill goes on only if the user typed into
+    it, and the edit joins the document's history."""
     uri = params.text_document.uri
     doc = ls.workspace.text_documents.get(uri)
     if doc is not None:

@@ -48,11 +48,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from engine.candidate import Candidate, confident_head
+from engine.edits import Edit, EditRequest, suggest_edits
 from engine.errors import EngineError
 from engine.fill import Engine, FillControl, FillOptions, InfillRequest
 from engine.opener import EngineSource, open_engine
 from engine.remote.generator import CHARS_PER_TOKEN, CONTEXT_CHARS, RemoteConfig
 from engine.spans import Document, Language, Span, fill_holes_jointly, language_for
+from lsp_server.history import Change, EditHistory
 from lsp_server.reuse import KEPT, MODEL, TYPE_THROUGH, Job, Recall
 from lsp_server.settings import AUTO, LOGPROBS_SWITCH, Settings
 
@@ -78,6 +80,7 @@ class OpenDocument:
     recall: Recall = field(default_factory=Recall)  # its recent fills: type-through, retyping, fills made ahead
     edits: int = 0  # edits so far: an answer for a text the document has left is dropped
     asked: bool = False  # the user asked for a suggestion (diffusion.suggestNow): the next is Invoked
+    history: EditHistory | None = None  # its recent edits (next edit suggestions read the last)
 
 
 @dataclass(frozen=True)
@@ -207,16 +210,32 @@ class FillService:
         if record is not None and record.job is not None:
             record.job.flag.set()
 
+    def opened(self, uri: str, text: str) -> None:
+        """The document opened as `text`: its edit history starts here."""
+        self.document(uri).history = EditHistory(text)
+
     def edited(self, uri: str, text: str) -> None:
-        """The document is now `text`: answers for its old text are dropped, and its running
-        fill goes on only if the user typed into it (reuse.Job.edited)."""
+        """The document is now `text`: answers for its old text are dropped, its running
+        fill goes on only if the user typed into it (reuse.Job.edited), and the edit joins
+        its history."""
         with self._lock:
             record = self.docs.get(uri)
         if record is None:
             return
         record.edits += 1
+        if record.history is None:
+            record.history = EditHistory(text)
+        else:
+            record.history.update(text)
         if record.job is not None:
             record.job.edited(text)
+
+    def last_edit(self, uri: str, text: str) -> Change | None:
+        """The document's newest edit (lsp_server.history), while `text` is the document."""
+        with self._lock:
+            record = self.docs.get(uri)
+        history = record.history if record is not None else None
+        return history.last if history is not None and history.text == text else None
 
     def ask(self, uri: str) -> None:
         """The user asked for a suggestion: the document's next inline request is served
@@ -286,6 +305,22 @@ class FillService:
         if kind.gated and answer.candidates:
             self._ahead(uri, record, req, answer.candidates[0].text)
         return answer
+
+    async def edits(self, uri: str, req: EditRequest) -> list[Edit] | None:
+        """The in-line edits the engine suggests for `req` (engine.edits), on the worker; None:
+        no engine, an engine bug (logged), or the document changed meanwhile."""
+        await self.wait_ready()
+        engine = self.engine
+        if engine is None:
+            return None
+        record = self.document(uri)
+        seen = record.edits
+        try:
+            edits = await asyncio.wrap_future(self.worker.submit(suggest_edits, engine, req, FillControl()))
+        except Exception:  # an engine bug: logged, no edits, the server goes on
+            log.exception("edits failed for %s", uri)
+            return None
+        return None if record.edits != seen else edits
 
     async def _reused(self, record: OpenDocument, req: InfillRequest, kind: FillKind) -> tuple[FillAnswer | None, str]:
         """(the answer the document's earlier fills give, or its running fill once it ends

@@ -35,6 +35,7 @@ class Settings:
     deadline_ms: int = 2000  # a fill stops denoising this long after it starts and returns what it has
     alternatives: int = 3  # candidates when the user asks (triggerKind Invoked)
     min_confidence: float | str = "auto"  # Automatic ghost text below this is held back; "auto": the model's
+    edit_margin: float | str = "auto"  # nats an in-line edit must make the text more likely by; "auto": engine.edits'
     languages: list[str] = field(default_factory=list)  # empty: all languages
     drafts: bool = False
     fill_ahead: bool = True  # while a suggestion is shown, fill as if it were accepted (Tab, Tab)
@@ -217,6 +218,19 @@ OPTIONS: tuple[Option, ...] = (
             " it ends before its first token below it (`endWhereUnsure`; off: a fill below it is held back whole)."
             " `auto`: the model's calibrated threshold (docs/confidence.md); `0` shows every fill. A suggestion"
             " you ask for is always shown whole."
+        ),
+    ),
+    Option(
+        "edit_margin",
+        "editMargin",
+        "threshold",
+        minimum=-100,
+        maximum=100,
+        description=(
+            "How much more likely (in nats, natural-log units) the model must find the code with an in-line edit"
+            " than without it before the edit is suggested (next edit, Refine selection). Higher: fewer, surer"
+            " edits. `auto`: 3 for a fix the model finds itself, 1 for a change your last edit implies"
+            " elsewhere (docs/server.md, Next edit). A negative number also shows edits the model does not prefer."
         ),
     ),
     Option("languages", "languages", "strings", description="Language ids the server fills; empty: all."),

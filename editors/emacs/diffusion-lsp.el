@@ -180,6 +180,17 @@ The string \"auto\" or a number in 0..1; nil: the server's default
 \(\"auto\")."
   :type '(choice (const :tag "Server default" nil) (const "auto") number))
 
+(defcustom diffusion-lsp-edit-margin nil
+  "How much more likely (in nats, natural-log units) the model must find
+the code with an in-line edit than without it before the edit is
+suggested (next edit, Refine selection).  Higher: fewer, surer edits.
+`auto': 3 for a fix the model finds itself, 1 for a change your last
+edit implies elsewhere (docs/server.md, Next edit).  A negative number
+also shows edits the model does not prefer.
+The string \"auto\" or a number in -100..100; nil: the server's default
+\(\"auto\")."
+  :type '(choice (const :tag "Server default" nil) (const "auto") number))
+
 (defcustom diffusion-lsp-languages nil
   "Language ids the server fills; empty: all."
   :type '(repeat string))
@@ -292,6 +303,7 @@ booleans are always sent."
                  (:deadlineMs . ,diffusion-lsp-deadline-ms)
                  (:alternatives . ,diffusion-lsp-alternatives)
                  (:minConfidence . ,diffusion-lsp-min-confidence)
+                 (:editMargin . ,diffusion-lsp-edit-margin)
                  (:languages . ,(and diffusion-lsp-languages (vconcat diffusion-lsp-languages)))
                  (:drafts . ,(if diffusion-lsp-drafts t :json-false))
                  (:oneLineWhileTyping . ,(if diffusion-lsp-one-line-while-typing t :json-false))

@@ -44,6 +44,7 @@ from engine.local.heal import Heal, Spelling, primed
 from engine.local.length import DEFAULT_QUANTILE, DEFAULT_SLACK, fitted_length
 from engine.local.one_token import run_autoregressive, token_logprobs
 from engine.local.sampler import initial_canvas, run
+from engine.local.scoring import LocalScorer
 from engine.local.steering import SampleResult, Steering, StepView, log_softmax, to_numpy
 from engine.local.verify import VerifyStats, run_verified
 from engine.spans.lines import line_end, line_start
@@ -264,6 +265,12 @@ class LocalGenerator:
         if len(line) > MAX_PRIMED_CHARS:
             return None
         return primed(line, self.tok.last_piece_start(line), self.spelling)
+
+    @functools.cached_property
+    def scorer(self) -> LocalScorer | None:
+        """The model as a scorer of regions for in-line edits (engine.edits), where it has
+        the one-token mode; None: edits re-fill the region on the canvas."""
+        return LocalScorer(self) if self.den.info.autoregressive else None
 
     @functools.cached_property
     def spelling(self) -> Spelling:

@@ -189,10 +189,12 @@ async def test_regenerate_selection_grows_to_whole_nodes(client: LanguageClient)
     assert edits == [types.TextEdit(span(8, 8, 8, 18), "area(3, 2)")]  # `area(2, 3)`, replaced
 
 
-async def test_refine_selection_rewrites_the_selected_nodes(client: LanguageClient) -> None:
+async def test_refine_selection_replaces_only_what_the_fill_changes(client: LanguageClient) -> None:
+    """The scripted model cannot score text, so the selection (grown to `area(2, 3)`) is
+    re-filled, and the edit is bounded to where the fill differs: the arguments."""
     sel = span(8, 10, 8, 14)
     edits = await run(client, await action(client, "Refine selection", sel))
-    assert edits == [types.TextEdit(span(8, 8, 8, 18), "area(3, 2)")]
+    assert edits == [types.TextEdit(span(8, 13, 8, 17), "3, 2")]
 
 
 async def test_a_blank_fill_never_deletes_the_selection(client: LanguageClient) -> None:
@@ -225,14 +227,16 @@ async def inline_edits(client: LanguageClient, uri: str, line: int, character: i
     return list(edits)
 
 
-async def test_inline_edit_proposes_a_rewrite_of_the_enclosing_statement(client: LanguageClient) -> None:
+async def test_inline_edit_proposes_only_what_the_statement_needs(client: LanguageClient) -> None:
+    """The statement `total = ...` is re-filled (the scripted model cannot score) as
+    `... * ...`: the edit is the operator alone, not the statement."""
     applied = len(client.applied)  # type: ignore[attr-defined]
     (edit,) = await inline_edits(client, URI, 8, 10)
     rng = field(edit, "range")
     start, end = field(rng, "start"), field(rng, "end")
-    assert (field(start, "line"), field(start, "character")) == (8, 0)  # the whole statement
-    assert (field(end, "line"), field(end, "character")) == (8, 36)
-    assert field(edit, "text") == "total = area(2, 3) * perimeter(2, 3)"
+    assert (field(start, "line"), field(start, "character")) == (8, 19)
+    assert (field(end, "line"), field(end, "character")) == (8, 20)
+    assert field(edit, "text") == "*"
     doc = field(edit, "textDocument")
     assert field(doc, "uri") == URI and field(doc, "version") == 1
     assert len(client.applied) == applied  # type: ignore[attr-defined]  # a proposal, not applied

@@ -20,6 +20,7 @@ const SERVER_KEYS = [
   "deadlineMs",
   "alternatives",
   "minConfidence",
+  "editMargin",
   "languages",
   "drafts",
   "oneLineWhileTyping",

@@ -1,0 +1,325 @@
+"""In-line edits: the few small changes a model finds the code needs, each bounded to the
+characters it fixes, for every backend (issue 48; docs/server.md, Next edit).
+
+`suggest_edits(engine, request)` answers two questions about a document, and ranks the
+answers together by how much the model prefers the text with the edit:
+
+- **Refine** (`EditRequest.region`): what in this region is wrong? With a generator that
+  can score text (`Scorer`: a local model with the one-token mode, which every model
+  adapted from an autoregressive one has):
+    1. score the region's tokens teacher-forced as the middle of a fill-in-the-middle
+       prompt, the code before and after it around it (`Scorer.score`);
+    2. the tokens the model finds unlikely (below SPOT_LOGPROB), the least likely first,
+       are where a fix may start;
+    3. from each, the model writes the rest of the region one token at a time
+       (`Scorer.rewrite`), and stops as soon as what it writes agrees again with what is
+       there (`realigned`: its differences from the text, from the first up to a run of
+       ANCHOR_CHARS equal characters, or to the end of both); the edits that take the
+       differences up to the first, the second, ... of them (MAX_OPTIONS), grown to whole
+       words (`grown`), each at most MAX_EDIT_CHARS of the old text, are the options;
+    4. the region with each option is scored again, and the one that makes it most likely
+       is kept if it does by the margin (nats, `REFINE_MARGIN`) and parses no worse.
+  A generator that cannot score (a remote engine, a canvas-only model) re-fills the region
+  (the canvas refinement where the model has one) and the edit is bounded the same way:
+  the one span where the fill differs from the text, grown to whole words.
+- **Next edit** (`EditRequest.proposals`): which of these replacements, proposed from what
+  the developer just changed (`implied`: other places where the text that the edit
+  replaced still stands, such as the other uses of a renamed name), does the model prefer?
+  Each is scored in its line, old against new, and kept where the new line is more
+  likely by NEXT_MARGIN (the developer's own edit is evidence already: a smaller margin).
+
+Nothing is returned where nothing is likely wrong: a false edit costs the developer more
+than a missing one. Edits never overlap; the best MAX_EDITS are returned, best first.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import logging
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from engine.fill import InfillRequest
+from engine.spans import Document, count_errors, language_for
+from engine.spans.lines import line_end, line_start
+
+log = logging.getLogger(__name__)
+
+SPOT_LOGPROB = math.log(0.05)  # a region's token less likely than this may start a fix
+MAX_SPOTS = 3  # the least likely tokens tried per region
+ANCHOR_CHARS = 3  # a rewrite agrees again with the text once this many characters match
+MAX_EDIT_CHARS = 40  # a refinement replaces at most this much of the old text
+MAX_OPTIONS = 3  # edits scored per spot: the rewrite's first differences, up to 1, 2, 3 of them
+REWRITE_SLACK_TOKENS = 4  # a rewrite may run this many tokens past the region's rest
+MAX_REWRITE_TOKENS = 24
+REFINE_MARGIN = 3.0  # nats: a refinement's edit must make its region this much more likely
+NEXT_MARGIN = 1.0  # nats: a proposed next edit must make its line this much more likely
+MAX_EDITS = 3
+MAX_PROPOSALS = 8  # the nearest other places an edit implies, judged per request
+_WORD = re.compile(r"\w")
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """text[start:end] replaced by `text` (offsets in the document)."""
+
+    start: int
+    end: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Edit(Replacement):
+    """A suggested replacement and how much more likely the model finds the text with it
+    (`gain`, nats; None where the generator cannot score: a remote engine's re-fill)."""
+
+    gain: float | None = None
+    source: str = "refine"  # "refine" (what the region needs) or "next" (what an edit implies)
+
+    @property
+    def confidence(self) -> float | None:
+        """The model's odds for the new text over the old, as a probability (sigmoid of
+        the gain): 0.5 is a tie."""
+        return None if self.gain is None else 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, self.gain))))
+
+
+@dataclass(frozen=True)
+class EditRequest:
+    """What to look at: the document, where to refine (`region`: offsets; None: nowhere),
+    and replacements to judge (`proposals`: what the developer's last edit implies)."""
+
+    text: str
+    language: str | None = None
+    region: tuple[int, int] | None = None
+    proposals: Sequence[Replacement] = ()
+    margin: float | None = None  # nats for both kinds; None: REFINE_MARGIN and NEXT_MARGIN
+    most: int = MAX_EDITS
+
+
+@dataclass
+class Scored:
+    """A region scored as the middle of a fill: each token's start in the region's text and
+    log-probability, then end-of-fill's (`logprobs` has one more entry than `starts`)."""
+
+    starts: list[int]
+    logprobs: list[float]
+    total: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.total = float(sum(self.logprobs))
+
+
+class Scorer(Protocol):
+    """What a generator offers for refinement: a region's likelihood in its context, and the
+    rest of a region written by the model from one of its tokens on."""
+
+    def score(self, prefix: str, region: str, suffix: str) -> Scored: ...
+
+    def rewrite(self, prefix: str, region: str, token: int, suffix: str, most: int, done: Callable[[str], bool]) -> str:
+        """The model's greedy text in place of the region from its token `token` on (the
+        tokens before it given), at most `most` tokens, until end-of-fill or `done(text)`."""
+        ...
+
+
+class Checked(Protocol):
+    """What `suggest_edits` needs of the engine (engine.fill.Engine)."""
+
+    generator: Any
+
+    def fill(self, req: Any, control: Any = None) -> Any: ...
+
+
+def suggest_edits(engine: Checked, req: EditRequest, control: Any = None) -> list[Edit]:
+    """The edits the model suggests (module docstring), best first, none overlapping."""
+    cancelled: Callable[[], bool] = getattr(control, "cancel", None) or (lambda: False)
+    scorer: Scorer | None = getattr(engine.generator, "scorer", None)
+    found: list[Edit] = []
+    if req.proposals and scorer is not None:
+        margin = NEXT_MARGIN if req.margin is None else req.margin
+        found += [e for e in judged(scorer, req.text, req.proposals) if e.gain is not None and e.gain >= margin]
+    if req.region is not None and not cancelled():
+        if scorer is not None:
+            margin = REFINE_MARGIN if req.margin is None else req.margin
+            found += [e for e in refined(scorer, req.text, req.region, cancelled) if (e.gain or 0.0) >= margin]
+        else:
+            found += refilled(engine, req, control)
+    return best(req.text, req.language, found, req.most)
+
+
+def best(text: str, language: str | None, edits: list[Edit], most: int) -> list[Edit]:
+    """The `most` best edits that change something, parse no worse and overlap none better."""
+    doc = Document(text, language_for(language)) if language else None
+    before = count_errors(doc.tree) if doc is not None and doc.tree is not None else 0
+    kept: list[Edit] = []
+    ranked = sorted(edits, key=lambda e: -(e.gain if e.gain is not None else 0.0))
+    for e in ranked:
+        if len(kept) >= most:
+            break
+        if text[e.start : e.end] == e.text or any(e.start < k.end and k.start < e.end for k in kept):
+            continue
+        tree = doc.with_insert(e.end, e.text, e.start) if doc is not None else None
+        if tree is not None and count_errors(tree) > before:
+            continue
+        kept.append(e)
+    return kept
+
+
+def refined(scorer: Scorer, text: str, region: tuple[int, int], cancelled: Callable[[], bool]) -> list[Edit]:
+    """Refinement with a scorer (steps 1-4 of the module docstring): at each spot, of the
+    edits that take the rewrite's differences up to one of them, the one that makes the
+    region most likely (the caller drops it below the margin)."""
+    a, b = region
+    prefix, body, suffix = text[:a], text[a:b], text[b:]
+    if not body.strip():
+        return []
+    scored = scorer.score(prefix, body, suffix)
+    tokens = len(scored.starts)
+    spots = sorted((i for i in range(tokens) if scored.logprobs[i] < SPOT_LOGPROB), key=lambda i: scored.logprobs[i])
+    out: list[Edit] = []
+    for i in spots[:MAX_SPOTS]:
+        at = scored.starts[i]
+        if cancelled() or any(a + at < e.end and e.start <= a + at for e in out):
+            continue
+        rest = body[at:]
+        most = min(MAX_REWRITE_TOKENS, tokens - i + REWRITE_SLACK_TOKENS)
+        written = scorer.rewrite(prefix, body, i, suffix, most, functools.partial(_settled, rest))
+        tried: set[tuple[int, int, str]] = set()
+        options: list[Edit] = []
+        for change in realigned(rest, written, complete=True)[:MAX_OPTIONS]:
+            lo, hi, new = grown(body, at + change[0], at + change[1], change[2])
+            if hi - lo > MAX_EDIT_CHARS or (lo, hi, new) in tried:
+                continue
+            tried.add((lo, hi, new))
+            gain = scorer.score(prefix, body[:lo] + new + body[hi:], suffix).total - scored.total
+            log.debug("refine: %r -> %r, gain %.2f", body[lo:hi], new, gain)
+            options.append(Edit(a + lo, a + hi, new, gain, "refine"))
+        if options:  # the most likely of them (ties: the smallest, the first)
+            out.append(max(options, key=lambda e: e.gain or 0.0))
+    return out
+
+
+def _settled(rest: str, written: str) -> bool:
+    """Whether a rewrite can stop: it agrees with the text again, or has gone past its lines."""
+    return bool(realigned(rest, written)) or written.count("\n") > rest.count("\n")
+
+
+def judged(scorer: Scorer, text: str, proposals: Sequence[Replacement]) -> list[Edit]:
+    """Each proposal scored in its lines, old against new (before the margin)."""
+    out = []
+    for p in proposals:
+        lo, hi = line_start(text, p.start), line_end(text, p.end)
+        old = text[lo:hi]
+        new = old[: p.start - lo] + p.text + old[p.end - lo :]
+        before = scorer.score(text[:lo], old, text[hi:]).total
+        after = scorer.score(text[:lo], new, text[hi:]).total
+        out.append(Edit(p.start, p.end, p.text, after - before, "next"))
+    return out
+
+
+def refilled(engine: Checked, req: EditRequest, control: Any) -> list[Edit]:
+    """Refinement without a scorer: the region re-filled by the generator (its canvas
+    refinement where it has one), the edit bounded to where the fill differs."""
+    assert req.region is not None
+    a, b = req.region
+    region = req.text[a:b]
+    fill = InfillRequest(
+        req.text[:a], req.text[b:], req.language, region=region, refine=True, retry_candidates=MAX_EDITS
+    )
+    result = engine.fill(fill, control)
+    new = next((c.text for c in result.candidates if c.text.strip()), "")
+    if not new or new == region:
+        return []
+    lo, hi, text = difference(region, new)
+    lo, hi, text = grown(region, lo, hi, text)
+    if hi - lo > MAX_EDIT_CHARS:
+        return []
+    return [Edit(a + lo, a + hi, text, None, "refine")]
+
+
+def difference(old: str, new: str) -> tuple[int, int, str]:
+    """(start, end, text): the one span of `old` that `new` replaces, after their common
+    start and end."""
+    head = len(_common_start(old, new))
+    tail = len(_common_start(old[head:][::-1], new[head:][::-1]))
+    return head, len(old) - tail, new[head : len(new) - tail]
+
+
+def _common_start(a: str, b: str) -> str:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return a[:n]
+
+
+def realigned(old: str, written: str, complete: bool = False) -> list[tuple[int, int, str]]:
+    """Where `written` (the model's text in place of `old`) differs from `old`, from its
+    first difference up to where they agree again: ANCHOR_CHARS equal characters after it,
+    or, once `written` is `complete`, the end of both. The answer is each edit that takes
+    the differences up to one of them, (start, end, text) in `old`'s offsets, smallest
+    first; empty while they have not agreed again, or where they do not differ. Lines past
+    as many as `old` holds are not `written`'s (the model went on past the region)."""
+    written = within_lines(written, old.count("\n"))
+    ops = difflib.SequenceMatcher(None, old, written, autojunk=False).get_opcodes()
+    start: tuple[int, int] | None = None
+    edits: list[tuple[int, int, str]] = []
+    for tag, i1, i2, j1, j2 in ops:
+        if tag != "equal":
+            if start is None:
+                start = (i1, j1)
+            edits.append((start[0], i2, written[start[1] : j2]))
+            continue
+        if start is not None and (i2 - i1 >= ANCHOR_CHARS or (complete and i2 == len(old) and j2 == len(written))):
+            return edits
+    return edits if complete and start is not None and ops[-1][0] != "equal" else []
+
+
+def within_lines(text: str, lines: int) -> str:
+    """`text` up to its line break number `lines` + 1 (not included)."""
+    at = -1
+    for _ in range(lines + 1):
+        at = text.find("\n", at + 1)
+        if at == -1:
+            return text
+    return text[:at]
+
+
+def grown(text: str, lo: int, hi: int, new: str) -> tuple[int, int, str]:
+    """text[lo:hi] -> new, grown to whole words on each side where the change touches a
+    word (a name is replaced whole: `nmae` -> `name`, not `ma` -> `am`)."""
+
+    def word(c: str) -> bool:
+        return bool(_WORD.match(c))
+
+    while lo > 0 and word(text[lo - 1]) and ((lo < hi and word(text[lo])) or (new and word(new[0]))):
+        lo -= 1
+        new = text[lo] + new
+    while hi < len(text) and word(text[hi]) and ((lo < hi and word(text[hi - 1])) or (new and word(new[-1]))):
+        new = new + text[hi]
+        hi += 1
+    return lo, hi, new
+
+
+def implied(text: str, start: int, old: str, new: str) -> list[Replacement]:
+    """What an edit implies elsewhere: the edit replaced `old` with `new` at `start` (an
+    offset in `text`, the document after it). Grown to whole words, the old text is looked
+    for elsewhere as whole words; each place where it still stands is proposed the same
+    change (a rename's other uses, a line like the one changed), the nearest first, at
+    most MAX_PROPOSALS. Nothing for a change with no word in its old text."""
+    before = text[:start] + old + text[start + len(new) :]
+    lo, hi, grown_new = grown(before, start, start + len(old), new)
+    was = before[lo:hi]
+    if not _WORD.search(was) or was == grown_new or len(was.strip()) < 2:
+        return []
+    edited = (lo, lo + len(grown_new))  # the edit in `text`
+    pattern = re.compile(rf"(?<!\w){re.escape(was)}(?!\w)")
+    places = [
+        m.start() for m in pattern.finditer(text) if m.end() <= edited[0] or m.start() >= edited[1]
+    ]  # fmt: skip
+    places.sort(key=lambda p: abs(p - lo))
+    return [Replacement(p, p + len(was), grown_new) for p in places[:MAX_PROPOSALS]]
