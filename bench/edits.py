@@ -4,17 +4,22 @@ Cases are cut from held-out real code (fixtures/typing/: function bodies from pa
 shipped model never saw, in Python, JavaScript and Go, with their licences) by one fault
 each, made the way developers make them (`cut_cases`):
 
-- `rename`: a variable's definition renamed and a use left stale (the fix: the new name);
+- `rename`, a next edit: the developer renames a variable where it is defined (the server
+  sees the document before, then the change), and asks there; the fix: its later uses
+  renamed, each edit one of them;
 - `typo`: two inner letters of a name swapped at a use;
 - `operator`: a comparison or an arithmetic operator changed (`==`/`!=`, `<`/`<=`, `+`/`-`);
 - `off_by_one`: a small integer literal moved by one.
 
-As many clean positions (a statement of the same regions left as it is: the right answer is
-no edit). Each case is opened in the real server over stdio and `diffusion/inlineEdit` asked
-at the fault (or the clean position). Reported per kind and in total (JSON): the right edit
-(applying the answer restores the original at the fault), the right place (an edit covers
-the fault), false edits at clean positions, the characters each answer replaces against the
-fault's own span, and latency p50. Never asserted in tests.
+The last three are asked at the fault with no edit history (a refinement). As many clean
+positions (`clean`: a statement of the same regions left as it is), and after each rename a
+clean next edit (`clean_next`: the developer changes a small number, which implies nothing
+elsewhere): the right answer is no edit. Each case is opened in the real server over stdio
+and `diffusion/inlineEdit` asked. Reported per kind and in total (JSON): the right edit
+(applying the answer restores the original at the fault; for a next edit, each edit is one
+the rename implies), the right place (an edit covers a fault), false edits at clean
+positions, the characters each answer replaces against the fault's own span, and latency
+p50. Never asserted in tests.
 
     python bench/edits.py --model .weights-cache/qwen2.5-coder-0.5b-int8 [--per-file 3] [--timeout-s 60]
 """
@@ -29,13 +34,14 @@ import re
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures" / "typing"
 KINDS = ("rename", "typo", "operator", "off_by_one")
+CLEAN = ("clean", "clean_next")  # the right answer is no edit: at a clean statement, after a clean edit
 OPERATORS = (("==", "!="), ("!=", "=="), ("<=", "<"), (">=", ">"), (" < ", " <= "), (" > ", " >= "), (" + ", " - "))
 NAME = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]{3,}\b")
 KEYWORDS = frozenset(
@@ -86,6 +92,10 @@ class EditCase:
     at: int  # the offset asked at: the fault's start, or the clean statement's
     span: tuple[int, int]  # the faulty characters in `text` ((at, at) for a clean position)
     fixed: str  # the right text for `span` (for a clean position, the text as it is)
+    # a next edit: the document before the developer's edit (opened as this, then changed
+    # to `text`), and every edit that edit implies, as (start, end, text) in `text`
+    before: str | None = None
+    fixes: tuple[tuple[int, int, str], ...] = ()
 
 
 def _region_lines(text: str, start: int, end: int) -> list[tuple[int, str]]:
@@ -99,6 +109,8 @@ def _region_lines(text: str, start: int, end: int) -> list[tuple[int, str]]:
 
 
 def _rename(text: str, lines: list[tuple[int, str]], language: str, rng: random.Random) -> EditCase | None:
+    """A next edit: the developer renames a variable where it is defined (the document is
+    opened as it was, then changed); asked there, the right edits are its later uses."""
     pattern = re.compile(DEFINITION[language], re.M)
     for off, line in rng.sample(lines, len(lines)):
         m = pattern.search(line)
@@ -106,14 +118,24 @@ def _rename(text: str, lines: list[tuple[int, str]], language: str, rng: random.
             continue
         name, new = m.group(1), m.group(1) + "_all"
         def_at = off + m.start(1)
-        use = re.search(rf"\b{re.escape(name)}\b", text[def_at + len(name) :])
-        if use is None:
-            continue
-        use_at = def_at + len(name) + use.start()
         renamed = text[:def_at] + new + text[def_at + len(name) :]
-        at = use_at + len(new) - len(name)
-        return EditCase("", "rename", language, renamed, at, (at, at + len(name)), new)
+        after = def_at + len(new)
+        use = rf"(?<![\w$.]){re.escape(name)}(?![\w$])"  # not an attribute: `x.name` is another object's
+        uses = [u.start() for u in re.finditer(use, renamed) if u.start() >= after]
+        if not uses:
+            continue
+        fixes = tuple((u, u + len(name), new) for u in uses)
+        return EditCase("", "rename", language, renamed, after, (uses[0], uses[0] + len(name)), new, text, fixes)
     return None
+
+
+def _changed_literal(text: str, lines: list[tuple[int, str]], language: str, rng: random.Random) -> EditCase | None:
+    """A clean next edit: the developer changes a small number (the document is opened as
+    it was, then changed); asked there, the right answer is no edit."""
+    case = _off_by_one(text, lines, language, rng)
+    if case is None:
+        return None
+    return EditCase("", "clean_next", language, case.text, case.at + 1, (case.at + 1, case.at + 1), "", text)
 
 
 def _typo(text: str, lines: list[tuple[int, str]], language: str, rng: random.Random) -> EditCase | None:
@@ -180,8 +202,13 @@ def cut_cases(cases_file: Path = FIXTURES / "cases.json", per_file: int = 3, see
         clean = [(o, line) for o, line in lines if text.count("\n", 0, o) not in used]
         for c, (o, line) in zip(faults, rng.sample(clean, min(len(faults), len(clean))), strict=False):
             at = o + len(line) - len(line.lstrip())
-            out.append(EditCase(f"{spec['name']}:{c.kind}", c.kind, c.language, c.text, c.at, c.span, c.fixed))
+            out.append(replace(c, name=f"{spec['name']}:{c.kind}"))
             out.append(EditCase(f"{spec['name']}:clean", "clean", c.language, text, at, (at, at), ""))
+        literal = (
+            _changed_literal(text, lines, spec["language"], rng) if any(c.kind == "rename" for c in faults) else None
+        )
+        if literal is not None:  # as many clean next edits as next edits
+            out.append(replace(literal, name=f"{spec['name']}:clean_next"))
     return out
 
 
@@ -219,10 +246,14 @@ def judge(case: EditCase, edits: list[dict[str, Any]]) -> dict[str, Any]:
     want = case.text[:a] + case.fixed + case.text[b:]
     ranges = [(_offset(case.text, e["range"]["start"]), _offset(case.text, e["range"]["end"])) for e in edits]
     replaced = sum(e - s for s, e in ranges)
+    fixes = case.fixes or ((a, b, case.fixed),)
+    made = {(s, e, edit["text"]) for (s, e), edit in zip(ranges, edits, strict=True)}
+    # a next edit is right when each of its edits is one the developer's edit implies
+    right = after == want if not case.fixes else bool(made) and made <= set(fixes)
     return {
         "changed": changed,
-        "right_edit": case.kind != "clean" and after == want,
-        "right_place": case.kind != "clean" and any(s <= a and b <= e for s, e in ranges),
+        "right_edit": case.kind not in CLEAN and right,
+        "right_place": case.kind not in CLEAN and any(s <= f[0] and f[1] <= e for s, e in ranges for f in fixes),
         "replaced_chars": replaced,
         "fault_chars": b - a,
     }
@@ -239,8 +270,12 @@ async def _ask(settings: dict[str, Any], cases: list[EditCase], timeout_s: float
     try:
         for n, case in enumerate(cases):
             uri = f"file:///work/edits/{n}.{ {'python': 'py', 'javascript': 'js', 'go': 'go'}[case.language] }"
-            client.text_document_did_open(_did_open(uri, case.language, case.text))
-            params = {"textDocument": {"uri": uri, "version": 1}, "position": _position(case.text, case.at)}
+            client.text_document_did_open(_did_open(uri, case.language, case.before or case.text))
+            version = 1
+            if case.before is not None:  # the developer's edit, which the server sees as it comes
+                version = 2
+                client.text_document_did_change(_did_change(uri, version, case.text))
+            params = {"textDocument": {"uri": uri, "version": version}, "position": _position(case.text, case.at)}
             t = time.perf_counter()
             asked = asyncio.ensure_future(client.protocol.send_request_async("diffusion/inlineEdit", params))
             done, _ = await asyncio.wait({asked}, timeout=timeout_s)
@@ -281,6 +316,13 @@ def _did_open(uri: str, language: str, text: str) -> Any:
     return types.DidOpenTextDocumentParams(types.TextDocumentItem(uri=uri, language_id=language, version=1, text=text))
 
 
+def _did_change(uri: str, version: int, text: str) -> Any:
+    from lsprotocol import types
+
+    whole = types.TextDocumentContentChangeWholeDocument(text=text)
+    return types.DidChangeTextDocumentParams(types.VersionedTextDocumentIdentifier(version=version, uri=uri), [whole])
+
+
 def _field(obj: Any, name: str) -> Any:
     return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
 
@@ -303,8 +345,8 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     clean positions, answers that replaced more than the fault's span, latency p50."""
 
     def of(group: list[dict[str, Any]]) -> dict[str, Any]:
-        faults = [r for r in group if r["kind"] != "clean"]
-        clean = [r for r in group if r["kind"] == "clean"]
+        faults = [r for r in group if r["kind"] not in CLEAN]
+        clean = [r for r in group if r["kind"] in CLEAN]
         share = lambda k, rs: round(sum(bool(r[k]) for r in rs) / len(rs), 4) if rs else None  # noqa: E731
         return {
             "faults": len(faults),
@@ -319,7 +361,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "p50_ms": round(statistics.median(r["ms"] for r in group), 1) if group else None,
         }
 
-    kinds = {k: of([r for r in rows if r["kind"] == k]) for k in (*KINDS, "clean")}
+    kinds = {k: of([r for r in rows if r["kind"] == k]) for k in (*KINDS, *CLEAN)}
     return {"total": of(rows), "by_kind": kinds}
 
 
@@ -341,7 +383,7 @@ def main() -> int:
         "cases": len(cases),
         **summary(rows),
         "rows": rows,
-        "case_specs": [{k: v for k, v in asdict(c).items() if k != "text"} for c in cases],
+        "case_specs": [{k: v for k, v in asdict(c).items() if k not in ("text", "before")} for c in cases],
     }
     json.dump(report, sys.stdout, indent=2)
     sys.stdout.write("\n")

@@ -16,7 +16,8 @@ answers together by how much the model prefers the text with the edit:
        there (`realigned`: its differences from the text, from the first up to a run of
        ANCHOR_CHARS equal characters, or to the end of both); the edits that take the
        differences up to the first, the second, ... of them (MAX_OPTIONS), grown to whole
-       words (`grown`), each at most MAX_EDIT_CHARS of the old text, are the options;
+       words (`grown`), are the options where they have the shape of a fix (`is_fix`: a
+       word or a few symbols, nothing deleted, not only blanks);
     4. the region with each option is scored again, and the one that makes it most likely
        is kept if it does by the margin (nats, `REFINE_MARGIN`) and parses no worse.
   A generator that cannot score (a remote engine, a canvas-only model) re-fills the region
@@ -29,7 +30,9 @@ answers together by how much the model prefers the text with the edit:
   likely by NEXT_MARGIN (the developer's own edit is evidence already: a smaller margin).
 
 Nothing is returned where nothing is likely wrong: a false edit costs the developer more
-than a missing one. Edits never overlap; the best MAX_EDITS are returned, best first.
+than a missing one. No edit touches `EditRequest.protected` (what the developer just
+wrote: undoing it is no suggestion). Edits never overlap; the best MAX_EDITS are
+returned, best first.
 """
 
 from __future__ import annotations
@@ -53,14 +56,20 @@ SPOT_LOGPROB = math.log(0.05)  # a region's token less likely than this may star
 MAX_SPOTS = 3  # the least likely tokens tried per region
 ANCHOR_CHARS = 3  # a rewrite agrees again with the text once this many characters match
 MAX_EDIT_CHARS = 40  # a refinement replaces at most this much of the old text
+MAX_EDIT_WORDS = 1  # ... and at most one word (a name, a number) by at most one
 MAX_OPTIONS = 3  # edits scored per spot: the rewrite's first differences, up to 1, 2, 3 of them
 REWRITE_SLACK_TOKENS = 4  # a rewrite may run this many tokens past the region's rest
 MAX_REWRITE_TOKENS = 24
 REFINE_MARGIN = 3.0  # nats: a refinement's edit must make its region this much more likely
 NEXT_MARGIN = 1.0  # nats: a proposed next edit must make its line this much more likely
 MAX_EDITS = 3
-MAX_PROPOSALS = 8  # the nearest other places an edit implies, judged per request
+MAX_PROPOSALS = 4  # the nearest other places an edit implies, judged per request (the next ask judges more)
+MIN_SPELLED_CHARS = 3  # shorter names are not spell-checked
+MAX_SPELLING_DISTANCE = 2  # a misspelling is this many slips from a name the document holds
+MAX_SPELLINGS = 3  # the nearest names tried for one
 _WORD = re.compile(r"\w")
+_WORDS = re.compile(r"\w+")
+_NAMES = re.compile(r"(?<![\w$])[A-Za-z_$][\w$]*")
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,7 @@ class EditRequest:
     region: tuple[int, int] | None = None
     proposals: Sequence[Replacement] = ()
     margin: float | None = None  # nats for both kinds; None: REFINE_MARGIN and NEXT_MARGIN
+    protected: tuple[int, int] | None = None  # no edit touches this (what the developer just wrote)
     most: int = MAX_EDITS
 
 
@@ -140,13 +150,20 @@ def suggest_edits(engine: Checked, req: EditRequest, control: Any = None) -> lis
     found: list[Edit] = []
     if req.proposals and scorer is not None:
         margin = NEXT_MARGIN if req.margin is None else req.margin
-        found += [e for e in judged(scorer, req.text, req.proposals) if e.gain is not None and e.gain >= margin]
-    if req.region is not None and not cancelled():
+        implied_edits = judged(scorer, req.text, req.proposals, together=True)
+        found += [e for e in implied_edits if e.gain is not None and e.gain >= margin]
+    if req.region is not None and not req.proposals and not cancelled():  # an edit's implications come first
         if scorer is not None:
+            margin = NEXT_MARGIN if req.margin is None else req.margin
+            names = judged(scorer, req.text, misspelled(req.text, req.region), source="spelling")
+            found += [e for e in names if (e.gain or 0.0) >= margin]
             margin = REFINE_MARGIN if req.margin is None else req.margin
             found += [e for e in refined(scorer, req.text, req.region, cancelled) if (e.gain or 0.0) >= margin]
         else:
             found += refilled(engine, req, control)
+    if req.protected is not None:
+        lo, hi = req.protected
+        found = [e for e in found if e.end < lo or e.start > hi]
     return best(req.text, req.language, found, req.most)
 
 
@@ -191,7 +208,7 @@ def refined(scorer: Scorer, text: str, region: tuple[int, int], cancelled: Calla
         options: list[Edit] = []
         for change in realigned(rest, written, complete=True)[:MAX_OPTIONS]:
             lo, hi, new = grown(body, at + change[0], at + change[1], change[2])
-            if hi - lo > MAX_EDIT_CHARS or (lo, hi, new) in tried:
+            if not is_fix(body[lo:hi], new) or (lo, hi, new) in tried or _renames_a_known_name(text, body[lo:hi]):
                 continue
             tried.add((lo, hi, new))
             gain = scorer.score(prefix, body[:lo] + new + body[hi:], suffix).total - scored.total
@@ -202,21 +219,89 @@ def refined(scorer: Scorer, text: str, region: tuple[int, int], cancelled: Calla
     return out
 
 
+def is_fix(old: str, new: str) -> bool:
+    """Whether replacing `old` with `new` has the shape of a fix: at most MAX_EDIT_CHARS of
+    old text; at most MAX_EDIT_WORDS word (a name, a number) for at most as many, none
+    dropped (a model finds shorter code likelier: deleting what it does not expect is not a
+    fix); not only a change of blanks (layout is the formatter's business)."""
+    if len(old) > MAX_EDIT_CHARS or "".join(old.split()) == "".join(new.split()):
+        return False
+    words_old, words_new = len(_WORDS.findall(old)), len(_WORDS.findall(new))
+    return words_old <= MAX_EDIT_WORDS and words_new <= MAX_EDIT_WORDS and words_new >= words_old
+
+
+def _renames_a_known_name(text: str, old: str) -> bool:
+    """Whether `old` holds a name that the document uses elsewhere too: a name in use is
+    the developer's choice, and a model that would write another there has another idea,
+    not a fix (a misspelled or a stale name stands alone: `misspelled`, next edits)."""
+    return any(
+        len(re.findall(rf"(?<!\w){re.escape(w)}(?!\w)", text)) > 1 for w in _NAMES.findall(old)
+    )  # fmt: skip
+
+
+def misspelled(text: str, region: tuple[int, int]) -> list[Replacement]:
+    """Names in the region that the document holds nowhere else, each with the document's
+    names spelled like it (at most MAX_SPELLING_DISTANCE letters added, dropped, changed
+    or swapped; at most MAX_SPELLINGS, the nearest first): a misspelling is a name that
+    stands alone where a defined name is one slip away."""
+    counts: dict[str, int] = {}
+    for m in _NAMES.finditer(text):
+        counts[m.group()] = counts.get(m.group(), 0) + 1
+    known = [n for n, c in counts.items() if len(n) >= MIN_SPELLED_CHARS]
+    out: list[Replacement] = []
+    a, b = region
+    for m in _NAMES.finditer(text, a, b):
+        word = m.group()
+        if counts[word] > 1 or len(word) < MIN_SPELLED_CHARS:
+            continue
+        near = sorted((d, n) for n in known if n != word and (d := distance(word, n)) <= MAX_SPELLING_DISTANCE)
+        out += [Replacement(m.start(), m.end(), n) for _, n in near[:MAX_SPELLINGS]]
+    return out
+
+
+def distance(a: str, b: str) -> int:
+    """Letters added, dropped, changed or swapped (optimal string alignment distance),
+    counted no further than MAX_SPELLING_DISTANCE + 1."""
+    if abs(len(a) - len(b)) > MAX_SPELLING_DISTANCE:
+        return MAX_SPELLING_DISTANCE + 1
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], prev2[j - 2] + 1)
+        prev2, prev = prev, row
+    return min(prev[len(b)], MAX_SPELLING_DISTANCE + 1)
+
+
 def _settled(rest: str, written: str) -> bool:
     """Whether a rewrite can stop: it agrees with the text again, or has gone past its lines."""
     return bool(realigned(rest, written)) or written.count("\n") > rest.count("\n")
 
 
-def judged(scorer: Scorer, text: str, proposals: Sequence[Replacement]) -> list[Edit]:
-    """Each proposal scored in its lines, old against new (before the margin)."""
+def judged(
+    scorer: Scorer, text: str, proposals: Sequence[Replacement], together: bool = False, source: str = "next"
+) -> list[Edit]:
+    """Each proposal scored in its line, old against new (before the margin). `together`:
+    each in the document with the others made (the consistent world its edit implies: a
+    rename's other uses renamed, so that the old name does not look right for being used
+    around it); else each in the document as it is (alternatives for one place)."""
     out = []
     for p in proposals:
-        lo, hi = line_start(text, p.start), line_end(text, p.end)
-        old = text[lo:hi]
-        new = old[: p.start - lo] + p.text + old[p.end - lo :]
-        before = scorer.score(text[:lo], old, text[hi:]).total
-        after = scorer.score(text[:lo], new, text[hi:]).total
-        out.append(Edit(p.start, p.end, p.text, after - before, "next"))
+        world = text
+        if together:
+            for q in sorted((q for q in proposals if q is not p), key=lambda q: -q.start):
+                world = world[: q.start] + q.text + world[q.end :]
+        start = p.start + sum(len(q.text) - (q.end - q.start) for q in proposals if together and q.end <= p.start)
+        end = start + (p.end - p.start)
+        lo, hi = line_start(world, start), line_end(world, end)
+        old = world[lo:hi]
+        new = old[: start - lo] + p.text + old[end - lo :]
+        before = scorer.score(world[:lo], old, world[hi:]).total
+        after = scorer.score(world[:lo], new, world[hi:]).total
+        out.append(Edit(p.start, p.end, p.text, after - before, source))
     return out
 
 
@@ -235,7 +320,7 @@ def refilled(engine: Checked, req: EditRequest, control: Any) -> list[Edit]:
         return []
     lo, hi, text = difference(region, new)
     lo, hi, text = grown(region, lo, hi, text)
-    if hi - lo > MAX_EDIT_CHARS:
+    if not is_fix(region[lo:hi], text):
         return []
     return [Edit(a + lo, a + hi, text, None, "refine")]
 
@@ -305,21 +390,24 @@ def grown(text: str, lo: int, hi: int, new: str) -> tuple[int, int, str]:
     return lo, hi, new
 
 
-def implied(text: str, start: int, old: str, new: str) -> list[Replacement]:
+def implied(text: str, start: int, old: str, new: str, scope: tuple[int, int] | None = None) -> list[Replacement]:
     """What an edit implies elsewhere: the edit replaced `old` with `new` at `start` (an
     offset in `text`, the document after it). Grown to whole words, the old text is looked
-    for elsewhere as whole words; each place where it still stands is proposed the same
-    change (a rename's other uses, a line like the one changed), the nearest first, at
-    most MAX_PROPOSALS. Nothing for a change with no word in its old text."""
+    for elsewhere as whole words, within `scope` (the function the edit is in, where a
+    renamed local lives: engine.spans.enclosing_scope; None: everywhere), not as an
+    attribute (`x.old` is another object's); each place where it still stands is proposed
+    the same change (a rename's other uses, a line like the one changed), the nearest
+    first, at most MAX_PROPOSALS. Nothing for a change with no word in its old text."""
     before = text[:start] + old + text[start + len(new) :]
     lo, hi, grown_new = grown(before, start, start + len(old), new)
     was = before[lo:hi]
     if not _WORD.search(was) or was == grown_new or len(was.strip()) < 2:
         return []
     edited = (lo, lo + len(grown_new))  # the edit in `text`
-    pattern = re.compile(rf"(?<!\w){re.escape(was)}(?!\w)")
+    pattern = re.compile(rf"(?<![\w$.]){re.escape(was)}(?![\w$])")
+    lo_scope, hi_scope = scope if scope is not None else (0, len(text))
     places = [
-        m.start() for m in pattern.finditer(text) if m.end() <= edited[0] or m.start() >= edited[1]
-    ]  # fmt: skip
+        m.start() for m in pattern.finditer(text, lo_scope, hi_scope) if m.end() <= edited[0] or m.start() >= edited[1]
+    ]
     places.sort(key=lambda p: abs(p - lo))
     return [Replacement(p, p + len(was), grown_new) for p in places[:MAX_PROPOSALS]]

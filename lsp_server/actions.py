@@ -10,7 +10,7 @@ from pygls.workspace import TextDocument
 
 from engine.edits import EditRequest, implied
 from engine.fill import InfillRequest
-from engine.spans import Document, Span, enclosing_node, expand_selection, find_holes
+from engine.spans import Document, Span, enclosing_node, enclosing_scope, expand_selection, find_holes
 from engine.spans.lines import line_end, line_start
 from lsp_server import convert
 from lsp_server.context import grammar_name, open_document, require, syntax_tree
@@ -105,10 +105,15 @@ async def inline_edit(ls: DiffusionServer, params: object) -> dict[str, object]:
     if doc is None or not doc.source.strip():
         return {"edits": []}
     text, version = doc.source, doc.version
-    region = edit_region(syntax_tree(ls, uri, doc), convert.locate(doc, position).offset)
+    tree = syntax_tree(ls, uri, doc)
+    region = edit_region(tree, convert.locate(doc, position).offset)
     last = ls.fills.last_edit(uri, text)
-    proposals = implied(text, last.start, last.old, last.new) if last is not None else []
-    req = EditRequest(text, grammar_name(doc), region, proposals, margin=_margin(ls))
+    proposals = []
+    if last is not None:
+        proposals = implied(text, last.start, last.old, last.new, enclosing_scope(tree, last.start))
+    # text the developer changed (not new text typed) is theirs: no edit undoes it
+    protected = (last.start, last.start + len(last.new)) if last is not None and last.old else None
+    req = EditRequest(text, grammar_name(doc), region, proposals, margin=_margin(ls), protected=protected)
     edits = await ls.fills.edits(uri, req)
     if not edits or not _current(ls, uri, version):
         return {"edits": []}

@@ -2,13 +2,15 @@
 
 Keystrokes next to one another make one edit (a burst): typing a new name over an old one
 is one edit, `old` -> `new`, however many didChange notifications it took. An edit that
-starts away from the running one ends it. `last` is the newest edit, in the offsets of the
-document as it is now (engine.edits.implied reads what it implies elsewhere).
+starts away from the running one ends it. `last` is the newest edit, grown to whole words, in the
+offsets of the document as it is now (engine.edits.implied reads what it implies elsewhere).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from engine.edits import grown
 
 TOUCHING_CHARS = 1  # a change this close to the running edit continues it
 
@@ -45,6 +47,15 @@ def _common_length(a: str, b: str) -> int:
     return lo
 
 
+def _whole_words(before: str, change: Change | None) -> Change | None:
+    """The change grown to whole words (engine.edits.grown): `count` -> `count_all` is the
+    name replaced, not `_all` added."""
+    if change is None:
+        return None
+    lo, hi, new = grown(before, change.start, change.start + len(change.old), change.new)
+    return Change(lo, before[lo:hi], new)
+
+
 class EditHistory:
     """The running edit of one document (`last`), grown keystroke by keystroke."""
 
@@ -64,5 +75,5 @@ class EditHistory:
         if span is None or step.start > span[1] + TOUCHING_CHARS or end < span[0] - TOUCHING_CHARS:
             self._base = self.text  # a new edit, away from the running one
         self.text = text
-        self.last = changed(self._base, text)
+        self.last = _whole_words(self._base, changed(self._base, text))
         self._span = None if self.last is None else (self.last.start, self.last.start + len(self.last.new))

@@ -6,7 +6,14 @@ torch. See docs/spans.md for the rules.
 
 from engine.spans.document import Document
 from engine.spans.languages import LANGUAGES, Language, language_for, parser_for
-from engine.spans.regions import RegionFill, enclosing_node, expand_selection, fill_holes_jointly, find_holes
+from engine.spans.regions import (
+    RegionFill,
+    enclosing_node,
+    enclosing_scope,
+    expand_selection,
+    fill_holes_jointly,
+    find_holes,
+)
 from engine.spans.select import Span, SpanKind, select_span
 from engine.spans.validate import Verdict, count_errors, validate_fill
 
@@ -20,6 +27,7 @@ __all__ = [
     "Verdict",
     "count_errors",
     "enclosing_node",
+    "enclosing_scope",
     "expand_selection",
     "fill_holes_jointly",
     "find_holes",

@@ -22,6 +22,24 @@ BODY_TYPES = frozenset(
         "body_statement",
     }
 )
+# Node types of the functions whose locals a name may be (Python, JavaScript/TypeScript, Go,
+# Rust, Java, C/C++, Ruby, Lua).
+SCOPE_TYPES = frozenset(
+    {
+        "function_definition",
+        "function_declaration",
+        "function_expression",
+        "arrow_function",
+        "method_definition",
+        "method_declaration",
+        "func_literal",
+        "function_item",
+        "constructor_declaration",
+        "method",
+        "function_definition_statement",
+        "local_function",
+    }
+)
 # Suffixes of node types that make sense to rewrite as a whole.
 STATEMENT_SUFFIXES = ("statement", "definition", "declaration", "item", "method", "function", "assignment")
 
@@ -76,6 +94,21 @@ def enclosing_node(doc: Document, offset: int) -> tuple[int, int]:
         if node.parent.parent is None:  # a direct child of the root: as far as we go
             break
         node = node.parent
+    return off.to_char(doc.data, node.start_byte), off.to_char(doc.data, node.end_byte)
+
+
+def enclosing_scope(doc: Document, offset: int) -> tuple[int, int]:
+    """The function (or method) around `offset`, where a local name lives (next edits look
+    for a renamed name's uses there); the whole text at the top level or without a grammar."""
+    if doc.tree is None:
+        return 0, len(doc.text)
+    off = _Offsets(doc.text)
+    b = off.to_byte(max(0, min(offset, len(doc.text))))
+    node: Any = doc.tree.root_node.descendant_for_byte_range(b, b)
+    while node is not None and node.type not in SCOPE_TYPES:
+        node = node.parent
+    if node is None:
+        return 0, len(doc.text)
     return off.to_char(doc.data, node.start_byte), off.to_char(doc.data, node.end_byte)
 
 

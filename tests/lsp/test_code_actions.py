@@ -39,6 +39,8 @@ SCRIPT = {
         {"after": "def broken(w, h):\n    ", "fill": [") * (", "w * h\n  return 0"]},
         # the selection `area(2, 3)` in `total = ...`, regenerated or refined
         {"after": "total = ", "before": " + perimeter", "fill": "area(3, 2)"},
+        # the selection `area(2, 3)` in `size = ...`, refined: one argument changes
+        {"after": "size = ", "fill": "area(2, 4)"},
         # the statement `total = ...` as a whole (diffusion/inlineEdit)
         {"after": "compute it\n\n\n", "before": "\n", "fill": "total = area(2, 3) * perimeter(2, 3)"},
         {"after": "y = 2\n", "before": "\n", "fill": "x = 1"},  # the statement as it is
@@ -191,10 +193,19 @@ async def test_regenerate_selection_grows_to_whole_nodes(client: LanguageClient)
 
 async def test_refine_selection_replaces_only_what_the_fill_changes(client: LanguageClient) -> None:
     """The scripted model cannot score text, so the selection (grown to `area(2, 3)`) is
-    re-filled, and the edit is bounded to where the fill differs: the arguments."""
+    re-filled, and the edit is bounded to where the fill differs: the one argument."""
+    uri = "file:///work/size.py"
+    open_doc(client, uri, "size = area(2, 3)\n")
+    edits = await run(client, await action(client, "Refine selection", span(0, 9, 0, 12), uri), uri)
+    assert edits == [types.TextEdit(span(0, 15, 0, 16), "4")]
+
+
+async def test_refine_selection_that_would_rewrite_more_than_a_fix_changes_nothing(client: LanguageClient) -> None:
+    """The re-fill swaps both arguments: not the shape of a fix (engine.edits.is_fix), so
+    nothing is applied, and the server says so."""
     sel = span(8, 10, 8, 14)
-    edits = await run(client, await action(client, "Refine selection", sel))
-    assert edits == [types.TextEdit(span(8, 13, 8, 17), "3, 2")]
+    messages = await refused(client, await action(client, "Refine selection", sel))
+    assert any("nothing here that the model finds wrong" in m for m in messages), messages
 
 
 async def test_a_blank_fill_never_deletes_the_selection(client: LanguageClient) -> None:

@@ -30,8 +30,8 @@ def _edit(text: str, a: int, b: int, new: str) -> dict[str, Any]:
 
 def test_the_cases_are_faults_of_real_code_and_as_many_clean_positions() -> None:
     cases = edits.cut_cases()
-    faults = [c for c in cases if c.kind != "clean"]
-    assert len(faults) >= 40 and len(cases) == 2 * len(faults)
+    faults = [c for c in cases if c.kind not in edits.CLEAN]
+    assert len(faults) >= 40 and sum(c.kind == "clean" for c in cases) == len(faults)
     assert {c.kind for c in faults} == set(edits.KINDS)
     for c in faults:
         a, b = c.span
@@ -40,6 +40,34 @@ def test_the_cases_are_faults_of_real_code_and_as_many_clean_positions() -> None
             assert fixed == _original(c), c.name
         assert c.text[a:b] != c.fixed
     assert all(c.text == _original(c) for c in cases if c.kind == "clean")
+
+
+def test_a_rename_is_a_next_edit_whose_fixes_are_the_later_uses() -> None:
+    """The server sees the document before the rename, then the rename; each fix puts the
+    new name at a later use, and with all of them the document is the original renamed."""
+    renames = [c for c in edits.cut_cases() if c.kind == "rename"]
+    assert renames
+    for c in renames:
+        assert c.before == _original(c) and c.fixes
+        new = c.fixes[0][2]
+        old = c.text[c.fixes[0][0] : c.fixes[0][1]]
+        assert new.startswith(old) and c.text[c.at - len(new) : c.at] == new  # asked where the rename ends
+        done = c.text
+        for s, e, text in sorted(c.fixes, reverse=True):
+            assert done[s:e] == old
+            done = done[:s] + text + done[e:]
+        assert done.count(new) == len(c.fixes) + 1  # the definition and every later use
+    clean_next = [c for c in edits.cut_cases() if c.kind == "clean_next"]
+    assert clean_next and all(c.before == _original(c) and c.text != c.before for c in clean_next)
+
+
+def test_a_next_edit_is_right_only_when_each_edit_is_implied() -> None:
+    case = next(c for c in edits.cut_cases() if c.kind == "rename")
+    (s1, e1, new), (s2, e2, _) = case.fixes[0], case.fixes[-1]
+    both = edits.judge(case, [_edit(case.text, s1, e1, new), _edit(case.text, s2, e2, new)])
+    assert both["right_edit"] and both["right_place"]
+    stray = edits.judge(case, [_edit(case.text, s1, e1, new), _edit(case.text, 0, 1, "x")])
+    assert not stray["right_edit"] and stray["right_place"]
 
 
 def test_an_answer_is_judged_by_what_applying_it_does() -> None:

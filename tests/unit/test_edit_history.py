@@ -44,6 +44,15 @@ def test_an_edit_elsewhere_starts_a_new_one() -> None:
     assert h.last == Change(27, "2", "3")
 
 
+def test_the_edit_is_whole_words() -> None:
+    h = EditHistory("count = 1\n")
+    typed(h, "count_all = 1\n")
+    assert h.last == Change(0, "count", "count_all")  # the name replaced, not "_all" added
+    h = EditHistory("x = a + b\n")
+    typed(h, "x = a - b\n")
+    assert h.last == Change(6, "+", "-")  # no word touched
+
+
 def test_no_change_keeps_the_last_edit() -> None:
     h = EditHistory("a = 1\n")
     typed(h, "a = 2\n", "a = 2\n")

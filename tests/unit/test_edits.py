@@ -19,8 +19,11 @@ from engine.edits import (
     Replacement,
     Scored,
     best,
+    distance,
     grown,
     implied,
+    is_fix,
+    misspelled,
     realigned,
     suggest_edits,
 )
@@ -110,14 +113,14 @@ def edits_for(text: str, line: str, right: str, **kw: object) -> list[Edit]:
         ("    print('Hello, ' + nmae)", "    print('Hello, ' + name)", "nmae", "name"),  # a typo: the whole name
         ("    return n % 2 == 1", "    return n % 2 == 0", "1", "0"),  # at the region's end
         ("    total = total_price(items)", "    total = total_cost(items)", "total_price", "total_cost"),
-        ("    for i in range(n + 1):", "    for i in range(n):", " + 1", ""),  # a deletion
+        ("    for i in range(n + 1):", "    for i in range(n - 1):", "+", "-"),  # an operator
     ],
 )
 def test_a_fix_replaces_only_what_is_wrong(line: str, right: str, old: str, new: str) -> None:
     text = f"def f(n, items, name):\n{line}\n    return None\n"
     (edit,) = edits_for(text, line, right)
     assert (text[edit.start : edit.end], edit.text) == (old, new)
-    assert edit.gain is not None and edit.gain > 0 and edit.source == "refine"
+    assert edit.gain is not None and edit.gain > 0 and edit.source in ("refine", "spelling")
     fixed = text[: edit.start] + edit.text + text[edit.end :]
     assert fixed == text.replace(line, right)
 
@@ -147,6 +150,44 @@ def test_a_rewrite_that_runs_on_past_the_region_is_cut_at_its_lines() -> None:
     scorer = KnowsTheRegion({text[:a]: line.replace("1", "0")}, runs_on="\n\ndef main():\n    pass")
     (edit,) = suggest_edits(Engine(scorer), EditRequest(text, "python", (a, b)))  # type: ignore[arg-type]
     assert (text[edit.start : edit.end], edit.text) == ("1", "0")
+
+
+@pytest.mark.parametrize(
+    ("line", "right"),
+    [
+        ("    for i in range(n + 1):", "    for i in range(n):"),  # a word deleted
+        ("    x = f(a,b)", "    x = f(a, b)"),  # blanks only
+    ],
+)
+def test_what_is_not_the_shape_of_a_fix_is_not_suggested(line: str, right: str) -> None:
+    text = f"def f(n, items):\n{line}\n"
+    assert edits_for(text, line, right) == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "fix"),
+    [
+        ("nmae", "name", True),
+        ("!=", "==", True),
+        ("", "_all", True),  # appended to a name (grown, it is the name)
+        ("2", "1", True),
+        ("accepted[i]", "spec", False),  # two words for one
+        ("hx[0::2] != hx[1::2]", "len(s) == 6", False),
+        ("[1]", "", False),  # a word deleted
+        ("  ", "", False),  # blanks only
+        ("a" * 41, "b", False),  # too long
+    ],
+)
+def test_is_fix(old: str, new: str, fix: bool) -> None:
+    assert is_fix(old, new) is fix
+
+
+def test_no_edit_touches_what_the_developer_just_wrote() -> None:
+    text = "def is_even(n):\n    return n % 2 == 1\n"
+    line = "    return n % 2 == 1"
+    one = text.index("1\n")
+    assert edits_for(text, line, line.replace("1", "0"))
+    assert edits_for(text, line, line.replace("1", "0"), protected=(one, one + 1)) == []
 
 
 def test_an_edit_wider_than_the_limit_is_dropped() -> None:
@@ -243,9 +284,53 @@ def test_grown(text: str, lo: int, hi: int, new: str, want: tuple[int, int, str]
         # a name edited in its middle: the whole old name is looked for
         ("total_price = 1\nprint(total_price)\n", 6, "price", "cost", [(21, 32, "total_cost")]),
         ("x = a + b\ny = a + b\n", 6, "+", "-", []),  # no word in what changed
+        ("pre = 1\nrow.pre = pre\n", 0, "pre", "head", [(19, 22, "head")]),  # not an attribute
         ("x = 1\n", 0, "x", "x", []),  # nothing changed
     ],
 )
 def test_implied(before: str, start: int, old: str, new: str, want: list[tuple[int, int, str]]) -> None:
     after = before[:start] + new + before[start + len(old) :]
     assert [(p.start, p.end, p.text) for p in implied(after, start, old, new)] == want
+
+
+def test_implied_stays_in_the_scope_it_is_given() -> None:
+    text = "def f():\n    total = 1\n    return count\n\ndef g(count):\n    return count\n"
+    start = text.index("total")
+    scope = (0, text.index("def g"))
+    got = implied(text, start, "count", "total", scope)
+    assert [(p.start, p.text) for p in got] == [(text.index("count"), "total")]  # not g's own `count`
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "want"),
+    [("nmae", "name", 1), ("ponit", "point", 1), ("color", "colour", 1), ("abc", "xyz", 3), ("a", "abcdef", 3)],
+)
+def test_distance(a: str, b: str, want: int) -> None:
+    assert distance(a, b) == want
+
+
+def test_misspelled_offers_the_documents_names_spelled_like_a_name_that_stands_alone() -> None:
+    text = "def f(point, pint):\n    if ponit < 3:\n        return point\n    return pint\n"
+    line = "    if ponit < 3:"
+    a = text.index(line)
+    got = misspelled(text, (a, a + len(line)))
+    at = text.index("ponit")
+    assert [(p.start, p.end) for p in got] == [(at, at + 5)] * 2
+    assert {p.text for p in got} == {"point", "pint"}
+    assert misspelled(text, (0, text.index(":"))) == []  # names used twice are the developer's
+
+
+@pytest.mark.parametrize(
+    ("language", "text", "inside", "scope_starts_with"),
+    [
+        ("python", "x = 1\ndef f(a):\n    b = a\n    return b\n", "b = a", "def f"),
+        ("python", "x = 1\ny = x\n", "y = x", "x = 1"),  # the top level: the whole text
+        ("javascript", "const k = 1;\nfunction g(a) {\n  let b = a;\n  return b;\n}\n", "let b", "function g"),
+        ("go", "package p\n\nfunc h(a int) int {\n\tb := a\n\treturn b\n}\n", "b := a", "func h"),
+    ],
+)
+def test_enclosing_scope(language: str, text: str, inside: str, scope_starts_with: str) -> None:
+    from engine.spans import Document, enclosing_scope, language_for
+
+    lo, hi = enclosing_scope(Document(text, language_for(language)), text.index(inside))
+    assert text[lo:].startswith(scope_starts_with) and lo <= text.index(inside) < hi
