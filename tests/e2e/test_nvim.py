@@ -127,6 +127,29 @@ def test_regenerate_replaces_the_selection(tmp_path: Path) -> None:
     assert_parses(run)
 
 
+def test_a_next_edit_after_a_rename_is_shown_then_applied(tmp_path: Path) -> None:
+    """The user renames `total` where mean() defines it; :DiffusionNextEdit shows the
+    edit that implies at one of its uses (the old name marked, the new one beside it),
+    and the second :DiffusionNextEdit applies exactly that. editMargin -100 keeps what the
+    rename implies whatever the shipped weights think of it."""
+    text = (FIXTURES / "e2e" / "nvim_stats.py").read_text()
+    row = text.split("\n").index("    total = 0")
+    run = run_scenario("next_edit", "e2e/nvim_stats.py", tmp_path, line=row + 1, col=5, settings={"editMargin": -100})
+    r = result_of(run)
+    assert r["before"] == r["original"].replace("    total = 0", "    acc = 0")
+    assert r["shown"] == "acc" and r["unchanged_while_shown"]
+    srow, scol, erow, ecol = r["marked"]
+    lines = r["before"].split("\n")
+    assert srow == erow and lines[srow][scol:ecol] == "total"  # the old name, at a use in mean()
+    uses = [
+        r["before"].replace("total += value", "acc += value", 1),
+        r["before"].replace("return total /", "return acc /", 1),
+    ]
+    assert r["after"] in uses  # one use renamed, nothing else
+    assert r["marks_after"] == 0
+    assert_parses(run)
+
+
 def test_the_suggest_and_dismiss_keys_use_only_neovims_public_api(tmp_path: Path) -> None:
     # the server waits 5 s before a fill nobody asked for (debounceMs): a suggestion that
     # comes sooner was served as asked for (diffusion.suggestNow); no deadline cuts the

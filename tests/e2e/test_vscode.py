@@ -45,7 +45,10 @@ def vscode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VSCode]:
     """One code-server for the module (starting it is the slow part); each test opens its file."""
     tmp = tmp_path_factory.mktemp("vscode")
     keys = [{"key": "ctrl+alt+j", "command": "editor.action.inlineSuggest.trigger", "when": "editorTextFocus"}]
-    with vscode_session(tmp, [INVENTORY, HOLES], {"diffusionLsp.debounceMs": DEBOUNCE_MS}, keys) as vs:
+    # editMargin -100: a next edit keeps what the user's edit implies whatever the shipped
+    # weights think of it (the model's judgment is tests/unit/test_edits.py's)
+    settings = {"diffusionLsp.debounceMs": DEBOUNCE_MS, "diffusionLsp.editMargin": -100}
+    with vscode_session(tmp, [INVENTORY, HOLES], settings, keys) as vs:
         vs.ui("openFile", name="inventory.py")
         vs.ui("status", pattern=STATUS_READY, timeout=120_000)
         yield vs
@@ -144,6 +147,32 @@ def test_regenerate_selection_replaces_the_selection(vscode: VSCode, explain: No
     assert new_lines[len(new_lines) - len(tail) :] == tail, f"text after the selection changed:\n{after}"
     assert old not in new_lines, f"line {line} still reads {old!r}"
     assert parses(after), f"inventory.py does not parse after regenerating line {line}:\n{after}"
+
+
+def test_a_next_edit_after_a_rename_is_shown_and_accepted(vscode: VSCode, explain: None) -> None:
+    """Rename `item` where Inventory.remove defines it; "Suggest next edit" shows the
+    edit that implies at one of its uses there (the one the model prefers most), and
+    "Accept next edit" applies exactly that."""
+    path = vscode.workspace / "inventory.py"
+    before = path.read_text()
+    vscode.ui("openFile", name="inventory.py")
+    definition = "        item = self.items[name]"
+    vscode.ui("goto", line=line_of(before, definition), column=9)
+    vscode.ui("press", key="Control+Shift+ArrowRight")  # the word `item`
+    vscode.ui("type", text="entry")
+    count = len(vscode.events("nextEdit"))
+    vscode.ui("command", title="Diffusion: Suggest next edit")
+    shown = vscode.wait_events("nextEdit", count + 1)[-1]
+    assert shown["outcome"] == "served" and shown["text"] == "entry", vscode.diagnostics()
+    accepted = len(vscode.events("nextEditAccepted"))
+    vscode.ui("command", title="Diffusion: Accept next edit")
+    assert vscode.wait_events("nextEditAccepted", accepted + 1)[-1]["applied"] is True, vscode.diagnostics()
+    after = save_and_read(vscode, path, before)
+    renamed = before.replace(definition, "        entry = self.items[name]")
+    uses = ("if quantity > item.quantity:", "{item.quantity} of", "item.quantity -= quantity")
+    wants = [renamed.replace(use, use.replace("item", "entry")) for use in uses]
+    assert after in wants, f"not one use of remove()'s `item` alone:\n{after}"
+    assert parses(after)
 
 
 def test_a_second_request_while_the_first_runs_is_served_and_the_first_dropped(vscode: VSCode, explain: None) -> None:

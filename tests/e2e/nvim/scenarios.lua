@@ -193,6 +193,45 @@ function S.regenerate(h)
   vim.cmd.write()
 end
 
+--- (5) A next edit: the user renames a variable where it is defined (`cw`), asks with
+--- :DiffusionNextEdit (the suggestion is shown: the old text marked, the new text beside
+--- it), and takes it with :DiffusionNextEdit again.
+function S.next_edit(h)
+  local bufnr = open(h)
+  h.result.original = h:text(bufnr)
+  go(h.spec.line, h.spec.col)
+  h:feed('cwacc<Esc>')
+  h.result.before = h:text(bufnr)
+  h:feed(':DiffusionNextEdit<CR>')
+  local actions = require('diffusion_lsp.actions')
+  local marks = h:wait(function()
+    local found = api.nvim_buf_get_extmarks(bufnr, actions.namespace, 0, -1, { details = true })
+    return #found > 0 and found or nil
+  end, 'the next edit to be shown')
+  local shown = {}
+  for _, m in ipairs(marks) do
+    local details = m[4]
+    for _, chunk in ipairs(details.virt_text or {}) do
+      shown[#shown + 1] = chunk[1]
+    end
+    for _, line in ipairs(details.virt_lines or {}) do
+      shown[#shown + 1] = line[1][1]
+    end
+    if details.hl_group == 'DiffusionEditOld' then
+      h.result.marked = { m[2], m[3], details.end_row, details.end_col }
+    end
+  end
+  h.result.shown = table.concat(shown, '\n')
+  h.result.unchanged_while_shown = h:text(bufnr) == h.result.before
+  h:feed(':DiffusionNextEdit<CR>')
+  h:wait(function()
+    return h:text(bufnr) ~= h.result.before
+  end, 'the next edit to be applied')
+  h.result.after = h:text(bufnr)
+  h.result.marks_after = #api.nvim_buf_get_extmarks(bufnr, actions.namespace, 0, -1, {})
+  vim.cmd.write()
+end
+
 --- (4) The suggest key and the dismiss key, through Neovim's public inline completion
 --- API only. The server waits debounceMs (set long by the test) before a fill the user
 --- did not ask for, so a suggestion that comes sooner was served as asked for.

@@ -172,7 +172,8 @@ function M.clear_next_edit(bufnr)
   end
 end
 
---- Show a suggestion: the old text marked, the new text as virtual lines below it.
+--- Show a suggestion: the old text marked, the new text beside it (one line: inline,
+--- after the old text; several: as virtual lines below it).
 ---@param bufnr integer
 ---@param next_edit diffusion_lsp.NextEdit
 local function show(bufnr, next_edit)
@@ -180,16 +181,21 @@ local function show(bufnr, next_edit)
   local rng = next_edit.edit.range
   local srow, scol = util.byte_position(bufnr, rng.start, next_edit.encoding)
   local erow, ecol = util.byte_position(bufnr, rng['end'], next_edit.encoding)
-  local virt_lines = {}
-  for _, l in ipairs(vim.split(next_edit.edit.text, '\n', { plain = true })) do
-    virt_lines[#virt_lines + 1] = { { l, 'DiffusionEditNew' } }
+  local lines = vim.split(next_edit.edit.text, '\n', { plain = true })
+  local mark = { end_row = erow, end_col = ecol, hl_group = 'DiffusionEditOld' }
+  if #lines == 1 then
+    api.nvim_buf_set_extmark(bufnr, M.namespace, srow, scol, mark)
+    api.nvim_buf_set_extmark(bufnr, M.namespace, erow, ecol, {
+      virt_text = { { lines[1], 'DiffusionEditNew' } },
+      virt_text_pos = 'inline',
+    })
+    return
   end
-  api.nvim_buf_set_extmark(bufnr, M.namespace, srow, scol, {
-    end_row = erow,
-    end_col = ecol,
-    hl_group = 'DiffusionEditOld',
-    virt_lines = virt_lines,
-  })
+  mark.virt_lines = {}
+  for _, l in ipairs(lines) do
+    mark.virt_lines[#mark.virt_lines + 1] = { { l, 'DiffusionEditNew' } }
+  end
+  api.nvim_buf_set_extmark(bufnr, M.namespace, srow, scol, mark)
 end
 
 --- Apply a pending suggestion if the buffer is still at its version.
