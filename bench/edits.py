@@ -17,11 +17,12 @@ clean next edit (`clean_next`: the developer changes a small number, which impli
 elsewhere): the right answer is no edit. Each case is opened in the real server over stdio
 and `diffusion/inlineEdit` asked. Reported per kind and in total (JSON): the right edit
 (applying the answer restores the original at the fault; for a next edit, each edit is one
-the rename implies), the right place (an edit covers a fault), false edits at clean
+the rename implies), the right place (an edit covers or touches a fault), false edits at clean
 positions, the characters each answer replaces against the fault's own span, and latency
 p50. Never asserted in tests.
 
     python bench/edits.py --model .weights-cache/qwen2.5-coder-0.5b-int8 [--per-file 3] [--timeout-s 60]
+    python bench/edits.py --llama .weights-cache/qwen2.5-coder-0.5b-instruct.gguf   (a remote engine)
 """
 
 from __future__ import annotations
@@ -253,7 +254,8 @@ def judge(case: EditCase, edits: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "changed": changed,
         "right_edit": case.kind not in CLEAN and right,
-        "right_place": case.kind not in CLEAN and any(s <= f[0] and f[1] <= e for s, e in ranges for f in fixes),
+        # an edit that covers or touches a fault (an operator's span holds its blanks, the edit may not)
+        "right_place": case.kind not in CLEAN and any(s <= f[1] and f[0] <= e for s, e in ranges for f in fixes),
         "replaced_chars": replaced,
         "fault_chars": b - a,
     }
@@ -372,13 +374,23 @@ def main() -> int:
     p.add_argument("--per-file", type=int, default=3, help="faults cut from each fixture")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout-s", type=float, default=60.0, help="an answer later than this counts as none")
+    p.add_argument("--llama", type=Path, help="a GGUF: ask through llama.cpp's server (dialect llama-infill) instead")
     args = p.parse_args()
     settings = {**({"model": str(args.model)} if args.model else {}), **args.settings}
     cases = cut_cases(per_file=args.per_file, seed=args.seed)
-    rows = asyncio.run(_ask(settings, cases, args.timeout_s))
+    if args.llama:
+        sys.path.insert(0, str(ROOT))
+        from tests.real_engine import llama_server  # noqa: E402 (the repository on the path)
+
+        with llama_server(args.llama, threads=2, ctx=4096) as engine:
+            remote = {**settings, "endpoint": engine.url, "dialect": "llama-infill"}
+            rows = asyncio.run(_ask(remote, cases, args.timeout_s))
+    else:
+        rows = asyncio.run(_ask(settings, cases, args.timeout_s))
     report = {
         "when": time.strftime("%Y-%m-%d %H:%M"),
-        "model": str(args.model) if args.model else None,
+        "model": str(args.llama or args.model) if args.llama or args.model else None,
+        "engine": "llama.cpp server, llama-infill" if args.llama else "local",
         "settings": args.settings,
         "cases": len(cases),
         **summary(rows),

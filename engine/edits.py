@@ -311,9 +311,7 @@ def refilled(engine: Checked, req: EditRequest, control: Any) -> list[Edit]:
     assert req.region is not None
     a, b = req.region
     region = req.text[a:b]
-    fill = InfillRequest(
-        req.text[:a], req.text[b:], req.language, region=region, refine=True, retry_candidates=MAX_EDITS
-    )
+    fill = InfillRequest(req.text[:a], req.text[b:], req.language, region=region, refine=True)
     result = engine.fill(fill, control)
     new = next((c.text for c in result.candidates if c.text.strip()), "")
     if not new or new == region:

@@ -406,7 +406,8 @@ The server applies the edit through workspace/applyEdit."
 ;;;###autoload
 (defun diffusion-lsp-refine-region (beg end)
   "Refine the code between BEG and END.
-The tokens there that the model finds unlikely are masked and filled again."
+Apply the few fixes the model finds the code needs, each replacing only
+what it fixes."
   (interactive (diffusion-lsp--region))
   (diffusion-lsp--run-action "diffusion.refineSelection" beg end))
 

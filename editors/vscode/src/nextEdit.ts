@@ -1,5 +1,6 @@
-/** Next edit suggestions: diffusion/inlineEdit asks the server for a rewrite of the statement
- * at the cursor; it is shown in place (the old text struck through, the new text after it)
+/** Next edit suggestions: diffusion/inlineEdit asks the server for the next edit (what the
+ * user's last edit implies elsewhere, else a fix of the statement at the cursor); the best is
+ * shown in place (the old text struck through, the new text after it)
  * until accepted (Tab), dismissed (Escape), or the document changes. */
 
 import * as vscode from "vscode";

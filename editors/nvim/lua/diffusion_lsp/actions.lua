@@ -135,8 +135,8 @@ function M.selection(bufnr, line1, line2)
   return { start = { line1 - 1, 0 }, end_ = { line2 - 1, #last } }
 end
 
---- Regenerate (refine = false: everything re-filled) or refine (only the tokens the
---- model finds unlikely) a selection; the server grows it to whole syntax nodes.
+--- Regenerate (refine = false: everything re-filled) or refine (the few fixes the model
+--- finds it needs) a selection; the server grows it to whole syntax nodes.
 ---@param bufnr integer
 ---@param sel diffusion_lsp.Selection
 ---@param refine boolean

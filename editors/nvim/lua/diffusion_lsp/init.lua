@@ -7,7 +7,7 @@
 ---   :DiffusionFillHoles     fill every hole in the buffer
 ---   :DiffusionFillHole      fill the hole at the cursor
 ---   :[range]DiffusionRegenerate  regenerate the selection (or the range's lines)
----   :[range]DiffusionRefine      refine the selection: re-fill only unlikely tokens
+---   :[range]DiffusionRefine      refine the selection: the few fixes it needs
 ---   :DiffusionNextEdit[!]   suggest the next edit at the cursor (again, or !, to apply it)
 ---
 --- Usage: `require('diffusion_lsp').setup({ settings = { maxSteps = 8 } })`.
