@@ -9,7 +9,11 @@ each, made the way developers make them (`cut_cases`):
   renamed, each edit one of them;
 - `typo`: two inner letters of a name swapped at a use;
 - `operator`: a comparison or an arithmetic operator changed (`==`/`!=`, `<`/`<=`, `+`/`-`);
-- `off_by_one`: a small integer literal moved by one.
+- `off_by_one`: a small integer literal moved by one;
+- `signature`, a next edit, one a fixture besides the others: the developer drops a
+  function's last parameter where it is defined (as a rename, the server sees the change)
+  and asks there; the fix: the last argument of its calls in the file dropped, each edit
+  one of them.
 
 The last three are asked at the fault with no edit history (a refinement). As many clean
 positions (`clean`: a statement of the same regions left as it is), and after each rename a
@@ -41,7 +45,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures" / "typing"
-KINDS = ("rename", "typo", "operator", "off_by_one")
+KINDS = ("rename", "typo", "operator", "off_by_one")  # `signature` cases come besides (cut_cases)
 CLEAN = ("clean", "clean_next")  # the right answer is no edit: at a clean statement, after a clean edit
 OPERATORS = (("==", "!="), ("!=", "=="), ("<=", "<"), (">=", ">"), (" < ", " <= "), (" > ", " >= "), (" + ", " - "))
 NAME = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]{3,}\b")
@@ -130,6 +134,45 @@ def _rename(text: str, lines: list[tuple[int, str]], language: str, rng: random.
     return None
 
 
+SIGNATURE = {
+    "python": r"\bdef\s+([A-Za-z]\w*)\s*\(([^()]*)\)",
+    "javascript": r"\bfunction\s+([A-Za-z_$][\w$]*)\s*\(([^()]*)\)",
+    "go": r"\bfunc\s+(?:\([^()]*\)\s*)?([A-Za-z_]\w*)\s*\(([^()]*)\)",
+}
+
+
+def _signature(text: str, language: str, rng: random.Random) -> EditCase | None:
+    """A next edit: the developer drops a function's last parameter (the document is
+    opened as it was, then changed); asked there, the right edits drop the last argument
+    of its calls in the file (those with as many arguments as it had parameters)."""
+    found = []
+    for m in re.finditer(SIGNATURE[language], text):
+        params = [p for p in m.group(2).split(",") if p.strip()]
+        own = [p for p in params if p.split(":")[0].strip() not in ("self", "cls")]
+        if len(own) < 2:
+            continue
+        calls = [
+            c
+            for c in re.finditer(rf"(?<![\w$]){re.escape(m.group(1))}\(([^()]*)\)", text)
+            if c.start() != m.start(1) and len([a for a in c.group(1).split(",") if a.strip()]) == len(own)
+        ]
+        if calls:
+            found.append((m, calls))
+    if not found:
+        return None
+    m, calls = rng.choice(found)
+    cut = m.start(2) + m.group(2).rfind(",")  # the last parameter, with its comma
+    changed = text[:cut] + text[m.end(2) :]
+    shift = m.end(2) - cut
+    fixes = []
+    for c in calls:
+        start = c.start(1) - (shift if c.start() > cut else 0)
+        last = start + c.group(1).rfind(",")
+        fixes.append((last, start + len(c.group(1)), ""))
+    first = min(fixes)
+    return EditCase("", "signature", language, changed, cut, (first[0], first[1]), "", text, tuple(fixes))
+
+
 def _changed_literal(text: str, lines: list[tuple[int, str]], language: str, rng: random.Random) -> EditCase | None:
     """A clean next edit: the developer changes a small number (the document is opened as
     it was, then changed); asked there, the right answer is no edit."""
@@ -188,8 +231,11 @@ def _off_by_one(text: str, lines: list[tuple[int, str]], language: str, rng: ran
 MUTATIONS = {"rename": _rename, "typo": _typo, "operator": _operator, "off_by_one": _off_by_one}
 
 
-def cut_cases(cases_file: Path = FIXTURES / "cases.json", per_file: int = 3, seed: int = 0) -> list[EditCase]:
-    """Up to `per_file` faults of different kinds a fixture, and as many clean positions."""
+def cut_cases(
+    cases_file: Path = FIXTURES / "cases.json", per_file: int = 3, seed: int = 0, signatures: bool = True
+) -> list[EditCase]:
+    """Up to `per_file` faults of different kinds a fixture, and as many clean positions;
+    with `signatures`, a changed signature a fixture too, and a clean next edit with it."""
     rng = random.Random(seed)
     out: list[EditCase] = []
     for spec in json.loads(cases_file.read_text(encoding="utf-8")):
@@ -210,6 +256,13 @@ def cut_cases(cases_file: Path = FIXTURES / "cases.json", per_file: int = 3, see
         )
         if literal is not None:  # as many clean next edits as next edits
             out.append(replace(literal, name=f"{spec['name']}:clean_next"))
+        if signatures:  # their own random draws: the cases above stay as they were without them
+            side = random.Random(f"{seed}:{spec['name']}")
+            changed = _signature(text, spec["language"], side)
+            other = _changed_literal(text, lines, spec["language"], side) if changed is not None else None
+            if changed is not None and other is not None:
+                out.append(replace(changed, name=f"{spec['name']}:signature"))
+                out.append(replace(other, name=f"{spec['name']}:clean_next"))
     return out
 
 
@@ -363,7 +416,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "p50_ms": round(statistics.median(r["ms"] for r in group), 1) if group else None,
         }
 
-    kinds = {k: of([r for r in rows if r["kind"] == k]) for k in (*KINDS, *CLEAN)}
+    kinds = {k: of([r for r in rows if r["kind"] == k]) for k in (*KINDS, "signature", *CLEAN)}
     return {"total": of(rows), "by_kind": kinds}
 
 
@@ -373,11 +426,12 @@ def main() -> int:
     p.add_argument("--settings", type=json.loads, default={}, help="diffusionLsp settings (JSON)")
     p.add_argument("--per-file", type=int, default=3, help="faults cut from each fixture")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-signatures", action="store_true", help="leave out the changed-signature cases")
     p.add_argument("--timeout-s", type=float, default=60.0, help="an answer later than this counts as none")
     p.add_argument("--llama", type=Path, help="a GGUF: ask through llama.cpp's server (dialect llama-infill) instead")
     args = p.parse_args()
     settings = {**({"model": str(args.model)} if args.model else {}), **args.settings}
-    cases = cut_cases(per_file=args.per_file, seed=args.seed)
+    cases = cut_cases(per_file=args.per_file, seed=args.seed, signatures=not args.no_signatures)
     if args.llama:
         sys.path.insert(0, str(ROOT))
         from tests.real_engine import llama_server  # noqa: E402 (the repository on the path)

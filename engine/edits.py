@@ -23,11 +23,15 @@ answers together by how much the model prefers the text with the edit:
   A generator that cannot score (a remote engine, a canvas-only model) re-fills the region
   (the canvas refinement where the model has one) and the edit is bounded the same way:
   the one span where the fill differs from the text, grown to whole words.
-- **Next edit** (`EditRequest.proposals`): which of these replacements, proposed from what
-  the developer just changed (`implied`: other places where the text that the edit
-  replaced still stands, such as the other uses of a renamed name), does the model prefer?
-  Each is scored in its line, old against new, and kept where the new line is more
-  likely by NEXT_MARGIN (the developer's own edit is evidence already: a smaller margin).
+- **Next edit** (`EditRequest.proposals`, `refills`): which of these replacements, proposed
+  from what the developer just changed, does the model prefer? `implied` proposes the
+  other places where the text that the edit replaced still stands, such as the other uses
+  of a renamed name (judged together: each in the document with the others made); the
+  server names places for the model to fill again, such as the argument lists of the
+  calls of a function whose parameters the edit changed (`refilled_places`). Each is
+  scored in its line, old against new, and kept where the new line is more likely by
+  NEXT_MARGIN (the developer's own edit is evidence already: a smaller margin). Where an
+  edit implies something, that is the answer; the region is refined only otherwise.
 
 Nothing is returned where nothing is likely wrong: a false edit costs the developer more
 than a missing one. No edit touches `EditRequest.protected` (what the developer just
@@ -69,6 +73,7 @@ MAX_SPELLING_DISTANCE = 2  # a misspelling is this many slips from a name the do
 MAX_SPELLINGS = 3  # the nearest names tried for one
 _WORD = re.compile(r"\w")
 _WORDS = re.compile(r"\w+")
+_CLOSING = re.compile(r"[)\]}>;,:\s]+")
 _NAMES = re.compile(r"(?<![\w$])[A-Za-z_$][\w$]*")
 
 
@@ -107,6 +112,9 @@ class EditRequest:
     proposals: Sequence[Replacement] = ()
     margin: float | None = None  # nats for both kinds; None: REFINE_MARGIN and NEXT_MARGIN
     protected: tuple[int, int] | None = None  # no edit touches this (what the developer just wrote)
+    # places the model fills again, given the developer's last edit (the argument lists of
+    # the calls of a function whose parameters it changed), the nearest first
+    refills: Sequence[tuple[int, int]] = ()
     most: int = MAX_EDITS
 
 
@@ -152,7 +160,12 @@ def suggest_edits(engine: Checked, req: EditRequest, control: Any = None) -> lis
         margin = NEXT_MARGIN if req.margin is None else req.margin
         implied_edits = judged(scorer, req.text, req.proposals, together=True)
         found += [e for e in implied_edits if e.gain is not None and e.gain >= margin]
-    if req.region is not None and not req.proposals and not cancelled():  # an edit's implications come first
+    if req.refills and scorer is not None and not cancelled():
+        margin = NEXT_MARGIN if req.margin is None else req.margin
+        calls = judged(scorer, req.text, refilled_places(scorer, req.text, req.refills[:MAX_PROPOSALS], cancelled))
+        found += [e for e in calls if e.gain is not None and e.gain >= margin]
+    implications = req.proposals or req.refills
+    if req.region is not None and not implications and not cancelled():  # an edit's implications come first
         if scorer is not None:
             margin = NEXT_MARGIN if req.margin is None else req.margin
             names = judged(scorer, req.text, misspelled(req.text, req.region), source="spelling")
@@ -303,6 +316,40 @@ def judged(
         after = scorer.score(world[:lo], new, world[hi:]).total
         out.append(Edit(p.start, p.end, p.text, after - before, source))
     return out
+
+
+def refilled_places(
+    scorer: Scorer, text: str, places: Sequence[tuple[int, int]], cancelled: Callable[[], bool]
+) -> list[Replacement]:
+    """Each place filled again by the model (its greedy fill between the text before and
+    after it, at most its lines), where that differs from what is there: the one span
+    that differs, grown to whole words."""
+    out = []
+    for lo, hi in places:
+        if cancelled():
+            break
+        old = text[lo:hi]
+        lines = old.count("\n")
+        new = scorer.rewrite(text[:lo], old, 0, text[hi:], MAX_REWRITE_TOKENS, functools.partial(_past_lines, lines))
+        new = _without_echo(within_lines(new, lines), text[hi:])
+        if new.strip() and new != old:
+            a, b, changed = grown(old, *difference(old, new))  # only where it differs
+            out.append(Replacement(lo + a, lo + b, changed))
+    return out
+
+
+def _without_echo(written: str, suffix: str) -> str:
+    """`written` without the closing brackets and punctuation at its end that the text after
+    it begins with already (a fill of `f(...)`'s arguments that writes the `)` again)."""
+    head = suffix.split("\n", 1)[0]
+    for k in range(len(head), 0, -1):
+        if _CLOSING.fullmatch(head[:k]) and written.endswith(head[:k]):
+            return written[: len(written) - k]
+    return written
+
+
+def _past_lines(lines: int, written: str) -> bool:
+    return written.count("\n") > lines
 
 
 def refilled(engine: Checked, req: EditRequest, control: Any) -> list[Edit]:

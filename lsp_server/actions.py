@@ -8,9 +8,17 @@ from lsprotocol import converters, types
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import TextDocument
 
-from engine.edits import EditRequest, implied
+from engine.edits import EditRequest, Replacement, implied
 from engine.fill import InfillRequest
-from engine.spans import Document, Span, enclosing_node, enclosing_scope, expand_selection, find_holes
+from engine.spans import (
+    Document,
+    Span,
+    calls_of_changed_signature,
+    enclosing_node,
+    enclosing_scope,
+    expand_selection,
+    find_holes,
+)
 from engine.spans.lines import line_end, line_start
 from lsp_server import convert
 from lsp_server.context import grammar_name, open_document, require, syntax_tree
@@ -108,12 +116,16 @@ async def inline_edit(ls: DiffusionServer, params: object) -> dict[str, object]:
     tree = syntax_tree(ls, uri, doc)
     region = edit_region(tree, convert.locate(doc, position).offset)
     last = ls.fills.last_edit(uri, text)
-    proposals = []
+    proposals: list[Replacement] = []
+    calls: list[tuple[int, int]] = []
     if last is not None:
         proposals = implied(text, last.start, last.old, last.new, enclosing_scope(tree, last.start))
+        calls = sorted(calls_of_changed_signature(tree, last.start), key=lambda c: abs(c[0] - last.start))
     # text the developer changed (not new text typed) is theirs: no edit undoes it
     protected = (last.start, last.start + len(last.new)) if last is not None and last.old else None
-    req = EditRequest(text, grammar_name(doc), region, proposals, margin=_margin(ls), protected=protected)
+    req = EditRequest(
+        text, grammar_name(doc), region, proposals, margin=_margin(ls), protected=protected, refills=calls
+    )
     edits = await ls.fills.edits(uri, req)
     if not edits or not _current(ls, uri, version):
         return {"edits": []}

@@ -8,6 +8,7 @@ from engine.spans.document import Document
 from engine.spans.languages import LANGUAGES, Language, language_for, parser_for
 from engine.spans.regions import (
     RegionFill,
+    calls_of_changed_signature,
     enclosing_node,
     enclosing_scope,
     expand_selection,
@@ -25,6 +26,7 @@ __all__ = [
     "Span",
     "SpanKind",
     "Verdict",
+    "calls_of_changed_signature",
     "count_errors",
     "enclosing_node",
     "enclosing_scope",

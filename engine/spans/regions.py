@@ -40,6 +40,10 @@ SCOPE_TYPES = frozenset(
         "local_function",
     }
 )
+# A function's parameter list, and a call and its function and arguments (fields
+# `function`, `arguments`), in the grammars above.
+PARAMETER_TYPES = frozenset({"parameters", "formal_parameters", "parameter_list"})
+CALL_TYPES = frozenset({"call", "call_expression"})
 # Suffixes of node types that make sense to rewrite as a whole.
 STATEMENT_SUFFIXES = ("statement", "definition", "declaration", "item", "method", "function", "assignment")
 
@@ -110,6 +114,36 @@ def enclosing_scope(doc: Document, offset: int) -> tuple[int, int]:
     if node is None:
         return 0, len(doc.text)
     return off.to_char(doc.data, node.start_byte), off.to_char(doc.data, node.end_byte)
+
+
+def calls_of_changed_signature(doc: Document, offset: int) -> list[tuple[int, int]]:
+    """When `offset` is in a function's parameter list: the argument lists (inside their
+    brackets) of the calls of that function in the text, by its name (a call of `name`, or
+    of a method `x.name`); else none."""
+    if doc.tree is None:
+        return []
+    off = _Offsets(doc.text)
+    b = off.to_byte(max(0, min(offset, len(doc.text))))
+    node: Any = doc.tree.root_node.descendant_for_byte_range(b, b)
+    while node is not None and node.type not in PARAMETER_TYPES:
+        node = node.parent
+    name = node.parent.child_by_field_name("name") if node is not None and node.parent is not None else None
+    if name is None:
+        return []
+    wanted = name.text
+    out = []
+    stack = [doc.tree.root_node]
+    while stack:
+        n = stack.pop()
+        stack.extend(n.children)
+        if n.type not in CALL_TYPES:
+            continue
+        fn, args = n.child_by_field_name("function"), n.child_by_field_name("arguments")
+        callee = fn.named_children[-1] if fn is not None and fn.named_children else fn
+        if callee is None or args is None or callee.text != wanted or args.end_byte - args.start_byte < 2:
+            continue
+        out.append((off.to_char(doc.data, args.start_byte + 1), off.to_char(doc.data, args.end_byte - 1)))
+    return sorted(out)
 
 
 def find_holes(doc: Document) -> list[Span]:

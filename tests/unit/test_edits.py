@@ -334,3 +334,47 @@ def test_enclosing_scope(language: str, text: str, inside: str, scope_starts_wit
 
     lo, hi = enclosing_scope(Document(text, language_for(language)), text.index(inside))
     assert text[lo:].startswith(scope_starts_with) and lo <= text.index(inside) < hi
+
+
+def test_refills_are_filled_again_and_bounded_to_what_differs() -> None:
+    """The developer dropped `offset` from scale(): each call's arguments are filled again
+    by the model, and the edit is the dropped argument alone, where the model prefers it."""
+    text = "def scale(v, k):\n    return v * k\n\nx = scale(a, 2, 0)\ny = scale(b, 3, 1)\n"
+    first, second = text.index("a, 2, 0"), text.index("b, 3, 1")
+    scorer = KnowsTheRegion(
+        {
+            text[:first]: "a, 2)",  # its fill writes the closing bracket again: not part of the edit
+            text[: text.index("x = ")]: "x = scale(a, 2)",  # the line the model judges
+            text[: text.index("y = ")]: "y = scale(b, 3, 1)",  # the model keeps the second call
+            text[:second]: "b, 3",
+        }
+    )
+    places = [(first, first + 7), (second, second + 7)]
+    edits = suggest_edits(Engine(scorer), EditRequest(text, "python", None, refills=places))  # type: ignore[arg-type]
+    assert [(text[e.start : e.end], e.text, e.source) for e in edits] == [(", 0", "", "next")]
+
+
+def test_an_edit_that_implies_something_is_the_answer_not_the_region() -> None:
+    text = "def is_even(n):\n    return n % 2 == 1\n"
+    line = "    return n % 2 == 1"
+    a, b = region_of(text, line)
+    scorer = KnowsTheRegion({text[:a]: line.replace("1", "0")})
+    req = EditRequest(text, "python", (a, b), refills=[(text.index("n %"), text.index("n %") + 1)])
+    suggest_edits(Engine(scorer), req)  # type: ignore[arg-type]
+    assert scorer.rewrites == 1  # the refill alone: the region was not refined
+
+
+@pytest.mark.parametrize(
+    ("language", "text", "param", "calls"),
+    [
+        ("python", "def f(a, b):\n    pass\n\nx = f(1, 2)\ny = o.f(3, 4) + g(5)\n", "b)", ["1, 2", "3, 4"]),
+        ("javascript", "function f(a, b) { return a; }\nconst x = f(1, 2);\n", "b)", ["1, 2"]),
+        ("go", "package p\n\nfunc f(a int, b int) int { return a }\n\nfunc g() { f(1, 2) }\n", "b int)", ["1, 2"]),
+        ("python", "def f(a, b):\n    return g(a)\n", "return", []),  # not in a parameter list
+    ],
+)
+def test_calls_of_changed_signature(language: str, text: str, param: str, calls: list[str]) -> None:
+    from engine.spans import Document, calls_of_changed_signature, language_for
+
+    got = calls_of_changed_signature(Document(text, language_for(language)), text.index(param))
+    assert [text[a:b] for a, b in got] == calls
