@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from engine.fill import InfillRequest
-from engine.spans import Document, count_errors, language_for
+from engine.spans import Document, SignatureChange, count_errors, language_for
 from engine.spans.lines import line_end, line_start
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,7 @@ MAX_REWRITE_TOKENS = 24
 REFINE_MARGIN = 3.0  # nats: a refinement's edit must make its region this much more likely
 NEXT_MARGIN = 1.0  # nats: a proposed next edit must make its line this much more likely
 MAX_EDITS = 3
+JUDGE_CONTEXT_TOKENS = 192  # the code around a line that judging a replacement in it reads (the text nearby decides)
 MAX_PROPOSALS = 4  # the nearest other places an edit implies, judged per request (the next ask judges more)
 MIN_SPELLED_CHARS = 3  # shorter names are not spell-checked
 MAX_SPELLING_DISTANCE = 2  # a misspelling is this many slips from a name the document holds
@@ -84,6 +85,17 @@ class Replacement:
     start: int
     end: int
     text: str
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A place the model fills: text[start:end] (empty: an insertion) replaced by `lead`,
+    the model's text, then `tail` (`, ` before a new argument)."""
+
+    start: int
+    end: int
+    lead: str = ""
+    tail: str = ""
 
 
 @dataclass(frozen=True)
@@ -112,9 +124,9 @@ class EditRequest:
     proposals: Sequence[Replacement] = ()
     margin: float | None = None  # nats for both kinds; None: REFINE_MARGIN and NEXT_MARGIN
     protected: tuple[int, int] | None = None  # no edit touches this (what the developer just wrote)
-    # places the model fills again, given the developer's last edit (the argument lists of
-    # the calls of a function whose parameters it changed), the nearest first
-    refills: Sequence[tuple[int, int]] = ()
+    # places the model fills, given the developer's last edit (a new argument in the calls
+    # of a function it gave a parameter: `signature_edits`), the nearest first
+    refills: Sequence[Slot] = ()
     most: int = MAX_EDITS
 
 
@@ -135,11 +147,24 @@ class Scorer(Protocol):
     """What a generator offers for refinement: a region's likelihood in its context, and the
     rest of a region written by the model from one of its tokens on."""
 
-    def score(self, prefix: str, region: str, suffix: str) -> Scored: ...
+    def score(self, prefix: str, region: str, suffix: str, context_tokens: int | None = None) -> Scored:
+        """The region's tokens scored between `prefix` and `suffix`, of which the scorer
+        reads `context_tokens` (None: as much as it reads by default)."""
+        ...
 
-    def rewrite(self, prefix: str, region: str, token: int, suffix: str, most: int, done: Callable[[str], bool]) -> str:
+    def rewrite(
+        self,
+        prefix: str,
+        region: str,
+        token: int,
+        suffix: str,
+        most: int,
+        done: Callable[[str], bool],
+        context_tokens: int | None = None,
+    ) -> str:
         """The model's greedy text in place of the region from its token `token` on (the
-        tokens before it given), at most `most` tokens, until end-of-fill or `done(text)`."""
+        tokens before it given), at most `most` tokens, until end-of-fill or `done(text)`;
+        `context_tokens` as `score`'s."""
         ...
 
 
@@ -312,30 +337,62 @@ def judged(
         lo, hi = line_start(world, start), line_end(world, end)
         old = world[lo:hi]
         new = old[: start - lo] + p.text + old[end - lo :]
-        before = scorer.score(world[:lo], old, world[hi:]).total
-        after = scorer.score(world[:lo], new, world[hi:]).total
+        before = scorer.score(world[:lo], old, world[hi:], JUDGE_CONTEXT_TOKENS).total
+        after = scorer.score(world[:lo], new, world[hi:], JUDGE_CONTEXT_TOKENS).total
         out.append(Edit(p.start, p.end, p.text, after - before, source))
     return out
 
 
 def refilled_places(
-    scorer: Scorer, text: str, places: Sequence[tuple[int, int]], cancelled: Callable[[], bool]
+    scorer: Scorer, text: str, places: Sequence[Slot], cancelled: Callable[[], bool]
 ) -> list[Replacement]:
-    """Each place filled again by the model (its greedy fill between the text before and
-    after it, at most its lines), where that differs from what is there: the one span
-    that differs, grown to whole words."""
+    """Each slot filled by the model (its greedy fill between the text before it and its
+    lead, and its tail and the text after it; at most as many lines as it replaces), where
+    that changes the text: the one span that differs, grown to whole words."""
     out = []
-    for lo, hi in places:
+    for slot in places:
         if cancelled():
             break
-        old = text[lo:hi]
+        lo, hi = slot.start, slot.end
+        old, after = text[lo:hi], slot.tail + text[hi:]
         lines = old.count("\n")
-        new = scorer.rewrite(text[:lo], old, 0, text[hi:], MAX_REWRITE_TOKENS, functools.partial(_past_lines, lines))
-        new = _without_echo(within_lines(new, lines), text[hi:])
-        if new.strip() and new != old:
+        done = functools.partial(_past_lines, lines)
+        written = scorer.rewrite(text[:lo] + slot.lead, old, 0, after, MAX_REWRITE_TOKENS, done, JUDGE_CONTEXT_TOKENS)
+        written = _without_echo(within_lines(written, lines), after)
+        new = slot.lead + written + slot.tail
+        if written.strip() and new != old:
             a, b, changed = grown(old, *difference(old, new))  # only where it differs
             out.append(Replacement(lo + a, lo + b, changed))
     return out
+
+
+def signature_edits(change: SignatureChange) -> tuple[list[Replacement], list[Slot]]:
+    """What a changed parameter list implies at the function's calls: a parameter removed,
+    the argument at its place dropped with its comma (proposals, judged together); one
+    added, a slot for the model to fill at its place (with a comma). Only calls with one
+    argument more (removed) or fewer (added) than it has parameters now."""
+    removals: list[Replacement] = []
+    slots: list[Slot] = []
+    for (inside_lo, _inside_hi), args in change.calls:
+        if change.removed is not None and len(args) == change.params + 1:
+            k = change.removed
+            if k >= len(args):
+                continue
+            if k > 0:
+                removals.append(Replacement(args[k - 1][1], args[k][1], ""))
+            elif len(args) > 1:
+                removals.append(Replacement(args[0][0], args[1][0], ""))
+            else:
+                removals.append(Replacement(args[0][0], args[0][1], ""))
+        elif change.added is not None and len(args) == change.params - 1:
+            k = min(change.added, len(args))
+            if k > 0:
+                slots.append(Slot(args[k - 1][1], args[k - 1][1], ", "))
+            elif args:
+                slots.append(Slot(args[0][0], args[0][0], "", ", "))
+            else:
+                slots.append(Slot(inside_lo, inside_lo))
+    return removals, slots
 
 
 def _without_echo(written: str, suffix: str) -> str:

@@ -8,16 +8,16 @@ from lsprotocol import converters, types
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.workspace import TextDocument
 
-from engine.edits import EditRequest, Replacement, implied
+from engine.edits import MAX_PROPOSALS, EditRequest, Replacement, Slot, implied, signature_edits
 from engine.fill import InfillRequest
 from engine.spans import (
     Document,
     Span,
-    calls_of_changed_signature,
     enclosing_node,
     enclosing_scope,
     expand_selection,
     find_holes,
+    signature_change,
 )
 from engine.spans.lines import line_end, line_start
 from lsp_server import convert
@@ -117,14 +117,25 @@ async def inline_edit(ls: DiffusionServer, params: object) -> dict[str, object]:
     region = edit_region(tree, convert.locate(doc, position).offset)
     last = ls.fills.last_edit(uri, text)
     proposals: list[Replacement] = []
-    calls: list[tuple[int, int]] = []
+    slots: list[Slot] = []
     if last is not None:
-        proposals = implied(text, last.start, last.old, last.new, enclosing_scope(tree, last.start))
-        calls = sorted(calls_of_changed_signature(tree, last.start), key=lambda c: abs(c[0] - last.start))
+        signature = signature_change(tree, last.start, last.old, last.new)
+        if signature is not None:  # the calls' arguments follow the parameters
+            proposals, slots = signature_edits(signature)
+        else:  # the old text where it still stands: a rename's other uses
+            proposals = implied(text, last.start, last.old, last.new, enclosing_scope(tree, last.start))
+        proposals.sort(key=lambda p: abs(p.start - last.start))
+        slots.sort(key=lambda s: abs(s.start - last.start))
     # text the developer changed (not new text typed) is theirs: no edit undoes it
     protected = (last.start, last.start + len(last.new)) if last is not None and last.old else None
     req = EditRequest(
-        text, grammar_name(doc), region, proposals, margin=_margin(ls), protected=protected, refills=calls
+        text,
+        grammar_name(doc),
+        region,
+        proposals[:MAX_PROPOSALS],
+        margin=_margin(ls),
+        protected=protected,
+        refills=slots,
     )
     edits = await ls.fills.edits(uri, req)
     if not edits or not _current(ls, uri, version):

@@ -32,12 +32,16 @@ class LocalScorer:
     def __init__(self, generator: Any, context_tokens: int = EDIT_CONTEXT_TOKENS) -> None:
         self.gen = generator
         self.den, self.tok = generator.den, generator.tok
-        self.options = FillOptions(context_tokens=context_tokens)
+        self.context_tokens = context_tokens
 
-    def _state(self, prefix: str, suffix: str, middle: tuple[int, ...], room: int) -> Any:
+    def _state(
+        self, prefix: str, suffix: str, middle: tuple[int, ...], room: int, context_tokens: int | None = None
+    ) -> Any:
         """The encoded prompt of a fill between `prefix` and `suffix` whose given start is
-        `middle`, with room for `room` more tokens; through the context cache."""
-        prompt, _ = self.gen.build_context(self.options, InfillRequest(prefix, suffix), [], room + len(middle))
+        `middle`, with room for `room` more tokens, in `context_tokens` of context (None:
+        the scorer's); through the context cache."""
+        opts = FillOptions(context_tokens=context_tokens or self.context_tokens)
+        prompt, _ = self.gen.build_context(opts, InfillRequest(prefix, suffix), [], room + len(middle))
         prompt = replace(prompt, middle=middle)
         ids = list(self.den.layout.ids(prompt))
         cached, _ = self.gen.cache.lookup(ids)
@@ -45,9 +49,9 @@ class LocalScorer:
         self.gen.cache.put(state)
         return state
 
-    def score(self, prefix: str, region: str, suffix: str) -> Scored:
+    def score(self, prefix: str, region: str, suffix: str, context_tokens: int | None = None) -> Scored:
         ids = self.tok.encode(region)
-        state = self._state(prefix, suffix, (), len(ids) + 1)
+        state = self._state(prefix, suffix, (), len(ids) + 1, context_tokens)
         logprobs = token_logprobs(self.den, state, ids, self.tok.special.eof)
         starts = [len(self.tok.decode(ids[:i])) for i in range(len(ids))]
         return Scored(starts, [float(x) for x in logprobs])

@@ -8,12 +8,13 @@ from engine.spans.document import Document
 from engine.spans.languages import LANGUAGES, Language, language_for, parser_for
 from engine.spans.regions import (
     RegionFill,
-    calls_of_changed_signature,
+    SignatureChange,
     enclosing_node,
     enclosing_scope,
     expand_selection,
     fill_holes_jointly,
     find_holes,
+    signature_change,
 )
 from engine.spans.select import Span, SpanKind, select_span
 from engine.spans.validate import Verdict, count_errors, validate_fill
@@ -23,10 +24,10 @@ __all__ = [
     "Document",
     "Language",
     "RegionFill",
+    "SignatureChange",
     "Span",
     "SpanKind",
     "Verdict",
-    "calls_of_changed_signature",
     "count_errors",
     "enclosing_node",
     "enclosing_scope",
@@ -36,5 +37,6 @@ __all__ = [
     "language_for",
     "parser_for",
     "select_span",
+    "signature_change",
     "validate_fill",
 ]

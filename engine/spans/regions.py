@@ -4,6 +4,7 @@ next-edit suggestion, and every hole in a file for joint filling."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from engine.spans.document import Document
@@ -116,22 +117,47 @@ def enclosing_scope(doc: Document, offset: int) -> tuple[int, int]:
     return off.to_char(doc.data, node.start_byte), off.to_char(doc.data, node.end_byte)
 
 
-def calls_of_changed_signature(doc: Document, offset: int) -> list[tuple[int, int]]:
-    """When `offset` is in a function's parameter list: the argument lists (inside their
-    brackets) of the calls of that function in the text, by its name (a call of `name`, or
-    of a method `x.name`); else none."""
+@dataclass(frozen=True)
+class SignatureChange:
+    """A function's parameter list changed: a parameter `removed` or `added` at that index
+    (counted as its calls count their arguments: a method's `self` left out), and the
+    argument nodes of its calls in the text as (start, end) offsets, per call with the
+    offsets just inside its brackets."""
+
+    name: str
+    params: int  # its parameters now (a method's `self` left out)
+    removed: int | None
+    added: int | None
+    calls: tuple[tuple[tuple[int, int], tuple[tuple[int, int], ...]], ...]  # ((inside start, end), arguments)
+
+
+def signature_change(doc: Document, start: int, old: str, new: str) -> SignatureChange | None:
+    """What an edit at `start` (`old` became `new`, in offsets of `doc`'s text, the text
+    after it) did to a function's parameter list: one parameter removed (the edit deleted
+    a name with its comma) or added (it wrote one); None when it is in no parameter list
+    or did something else. The calls are those of the function by its name (`name(...)`
+    or a method `x.name(...)`)."""
     if doc.tree is None:
-        return []
+        return None
     off = _Offsets(doc.text)
-    b = off.to_byte(max(0, min(offset, len(doc.text))))
+    b = off.to_byte(max(0, min(start, len(doc.text))))
     node: Any = doc.tree.root_node.descendant_for_byte_range(b, b)
     while node is not None and node.type not in PARAMETER_TYPES:
         node = node.parent
     name = node.parent.child_by_field_name("name") if node is not None and node.parent is not None else None
     if name is None:
-        return []
-    wanted = name.text
-    out = []
+        return None
+    params = [p for p in node.named_children if p.type not in ("comment",)]
+    method = bool(params) and params[0].text in (b"self", b"cls")
+    before = sum(1 for p in params if p.end_byte <= b) - int(method)
+    removed = added = None
+    if not new.strip(" ,\t\n") and old.strip(" ,\t\n"):
+        removed = max(0, before)
+    elif not old.strip(" ,\t\n") and new.strip(" ,\t\n"):
+        added = max(0, before)
+    else:
+        return None
+    calls = []
     stack = [doc.tree.root_node]
     while stack:
         n = stack.pop()
@@ -140,10 +166,17 @@ def calls_of_changed_signature(doc: Document, offset: int) -> list[tuple[int, in
             continue
         fn, args = n.child_by_field_name("function"), n.child_by_field_name("arguments")
         callee = fn.named_children[-1] if fn is not None and fn.named_children else fn
-        if callee is None or args is None or callee.text != wanted or args.end_byte - args.start_byte < 2:
+        if callee is None or args is None or callee.text != name.text or args.end_byte - args.start_byte < 2:
             continue
-        out.append((off.to_char(doc.data, args.start_byte + 1), off.to_char(doc.data, args.end_byte - 1)))
-    return sorted(out)
+        inside = (off.to_char(doc.data, args.start_byte + 1), off.to_char(doc.data, args.end_byte - 1))
+        spans = tuple(
+            (off.to_char(doc.data, a.start_byte), off.to_char(doc.data, a.end_byte))
+            for a in args.named_children
+            if a.type != "comment"
+        )
+        calls.append((inside, spans))
+    count = len(params) - int(method)
+    return SignatureChange(name.text.decode("utf-8", "replace"), count, removed, added, tuple(sorted(calls)))
 
 
 def find_holes(doc: Document) -> list[Span]:

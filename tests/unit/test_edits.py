@@ -18,6 +18,7 @@ from engine.edits import (
     EditRequest,
     Replacement,
     Scored,
+    Slot,
     best,
     distance,
     grown,
@@ -25,6 +26,7 @@ from engine.edits import (
     is_fix,
     misspelled,
     realigned,
+    signature_edits,
     suggest_edits,
 )
 
@@ -44,14 +46,23 @@ class KnowsTheRegion:
         want = self.right.get(prefix, region)
         return difflib.SequenceMatcher(None, region, want, autojunk=False).get_opcodes()
 
-    def score(self, prefix: str, region: str, suffix: str) -> Scored:
+    def score(self, prefix: str, region: str, suffix: str, context_tokens: int | None = None) -> Scored:
         logprobs = [0.0] * (len(region) + 1)  # then end-of-fill's
         for tag, i1, i2, _j1, _j2 in self._ops(prefix, region):
             if tag != "equal":  # what differs, or (an insertion) the character after it, is unlikely
                 logprobs[i1 : max(i2, i1 + 1)] = [WRONG] * (max(i2, i1 + 1) - i1)
         return Scored(list(range(len(region))), logprobs)
 
-    def rewrite(self, prefix: str, region: str, token: int, suffix: str, most: int, done: Callable[[str], bool]) -> str:
+    def rewrite(
+        self,
+        prefix: str,
+        region: str,
+        token: int,
+        suffix: str,
+        most: int,
+        done: Callable[[str], bool],
+        context_tokens: int | None = None,
+    ) -> str:
         self.rewrites += 1
         want = self.right.get(prefix, region)
         at = len(want)
@@ -336,22 +347,27 @@ def test_enclosing_scope(language: str, text: str, inside: str, scope_starts_wit
     assert text[lo:].startswith(scope_starts_with) and lo <= text.index(inside) < hi
 
 
-def test_refills_are_filled_again_and_bounded_to_what_differs() -> None:
-    """The developer dropped `offset` from scale(): each call's arguments are filled again
-    by the model, and the edit is the dropped argument alone, where the model prefers it."""
-    text = "def scale(v, k):\n    return v * k\n\nx = scale(a, 2, 0)\ny = scale(b, 3, 1)\n"
-    first, second = text.index("a, 2, 0"), text.index("b, 3, 1")
+def test_slots_are_filled_and_the_edit_bounded_to_what_differs() -> None:
+    """The developer gave scale() a parameter: the model fills the new argument of each
+    call (a slot after its last argument, with its comma), and its fill of one place
+    again is bounded to what differs; each is kept where the model prefers it."""
+    text = "def scale(v, k, o):\n    return v * k + o\n\nx = scale(a, 2)\ny = scale(b, 3, 1)\n"
+    at = text.index("a, 2") + 4
+    again = text.index("b, 3, 1")
     scorer = KnowsTheRegion(
         {
-            text[:first]: "a, 2)",  # its fill writes the closing bracket again: not part of the edit
-            text[: text.index("x = ")]: "x = scale(a, 2)",  # the line the model judges
-            text[: text.index("y = ")]: "y = scale(b, 3, 1)",  # the model keeps the second call
-            text[:second]: "b, 3",
+            text[:at] + ", ": "0)",  # its fill writes the closing bracket again: not part of the edit
+            text[: text.index("x = ")]: "x = scale(a, 2, 0)",  # the lines the model judges
+            text[:again]: "b, 3, 2",
+            text[: text.index("y = ")]: "y = scale(b, 3, 2)",
         }
     )
-    places = [(first, first + 7), (second, second + 7)]
-    edits = suggest_edits(Engine(scorer), EditRequest(text, "python", None, refills=places))  # type: ignore[arg-type]
-    assert [(text[e.start : e.end], e.text, e.source) for e in edits] == [(", 0", "", "next")]
+    slots = [Slot(at, at, ", "), Slot(again, again + 7)]
+    edits = suggest_edits(Engine(scorer), EditRequest(text, "python", None, refills=slots))  # type: ignore[arg-type]
+    assert sorted((e.start, e.end, e.text, e.source) for e in edits) == [
+        (at, at, ", 0", "next"),
+        (again + 6, again + 7, "2", "next"),
+    ]
 
 
 def test_an_edit_that_implies_something_is_the_answer_not_the_region() -> None:
@@ -359,22 +375,61 @@ def test_an_edit_that_implies_something_is_the_answer_not_the_region() -> None:
     line = "    return n % 2 == 1"
     a, b = region_of(text, line)
     scorer = KnowsTheRegion({text[:a]: line.replace("1", "0")})
-    req = EditRequest(text, "python", (a, b), refills=[(text.index("n %"), text.index("n %") + 1)])
+    req = EditRequest(text, "python", (a, b), refills=[Slot(text.index("n %"), text.index("n %") + 1)])
     suggest_edits(Engine(scorer), req)  # type: ignore[arg-type]
-    assert scorer.rewrites == 1  # the refill alone: the region was not refined
+    assert scorer.rewrites == 1  # the slot alone: the region was not refined
 
 
 @pytest.mark.parametrize(
-    ("language", "text", "param", "calls"),
+    ("language", "text", "old", "want"),
     [
-        ("python", "def f(a, b):\n    pass\n\nx = f(1, 2)\ny = o.f(3, 4) + g(5)\n", "b)", ["1, 2", "3, 4"]),
-        ("javascript", "function f(a, b) { return a; }\nconst x = f(1, 2);\n", "b)", ["1, 2"]),
-        ("go", "package p\n\nfunc f(a int, b int) int { return a }\n\nfunc g() { f(1, 2) }\n", "b int)", ["1, 2"]),
-        ("python", "def f(a, b):\n    return g(a)\n", "return", []),  # not in a parameter list
+        # `c` dropped from f(a, b, c): each call with three arguments loses its third
+        (
+            "python",
+            "def f(a, b):\n    pass\n\nx = f(1, 2, 3)\ny = o.f(4, 5, 6) + f(7)\n",
+            ", c",
+            "def f(a, b):\n    pass\n\nx = f(1, 2)\ny = o.f(4, 5) + f(7)\n",
+        ),
+        # the first parameter dropped: the first argument goes with the comma after it
+        ("javascript", "function f(b) { return b; }\nf(1, 2);\n", "a, ", "function f(b) { return b; }\nf(2);\n"),
+        # a method: `self` is not an argument
+        (
+            "python",
+            "class A:\n    def m(self, a):\n        pass\n\nA().m(1, 2)\n",
+            ", b",
+            "class A:\n    def m(self, a):\n        pass\n\nA().m(1)\n",
+        ),
+        (
+            "go",
+            "package p\n\nfunc f(a int) int { return a }\n\nfunc g() { f(1, 2) }\n",
+            ", b int",
+            "package p\n\nfunc f(a int) int { return a }\n\nfunc g() { f(1) }\n",
+        ),
     ],
 )
-def test_calls_of_changed_signature(language: str, text: str, param: str, calls: list[str]) -> None:
-    from engine.spans import Document, calls_of_changed_signature, language_for
+def test_a_removed_parameter_drops_the_argument_at_its_place(language: str, text: str, old: str, want: str) -> None:
+    from engine.spans import Document, language_for, signature_change
 
-    got = calls_of_changed_signature(Document(text, language_for(language)), text.index(param))
-    assert [text[a:b] for a, b in got] == calls
+    params = text.index("(") + 1
+    at = text.index(")", params) if old.startswith(",") else params  # where the edit was
+    change = signature_change(Document(text, language_for(language)), at, old, "")
+    assert change is not None and change.removed is not None
+    removals, slots = signature_edits(change)
+    assert slots == []
+    after = text
+    for r in sorted(removals, key=lambda r: -r.start):
+        after = after[: r.start] + r.text + after[r.end :]
+    assert after == want
+
+
+def test_an_added_parameter_is_a_slot_at_its_place_and_other_edits_are_not_signatures() -> None:
+    from engine.spans import Document, language_for, signature_change
+
+    text = "def f(a, b, c):\n    pass\n\nf(1, 2)\nf(3, 4, 5)\n"
+    doc = Document(text, language_for("python"))
+    change = signature_change(doc, text.index(", c"), "", ", c")
+    assert change is not None and change.added == 2
+    removals, slots = signature_edits(change)
+    assert removals == [] and slots == [Slot(text.index("2)") + 1, text.index("2)") + 1, ", ")]
+    assert signature_change(doc, text.index("b,"), "x", "b") is None  # a parameter renamed
+    assert signature_change(doc, text.index("pass"), "", "pass") is None  # not in a parameter list
