@@ -15,15 +15,15 @@ each, made the way developers make them (`cut_cases`):
   and asks there; the fix: the last argument of its calls in the file dropped, each edit
   one of them.
 
-The last three are asked at the fault with no edit history (a refinement). As many clean
-positions (`clean`: a statement of the same regions left as it is), and after each rename a
-clean next edit (`clean_next`: the developer changes a small number, which implies nothing
-elsewhere): the right answer is no edit. Each case is opened in the real server over stdio
-and `diffusion/inlineEdit` asked. Reported per kind and in total (JSON): the right edit
-(applying the answer restores the original at the fault; for a next edit, each edit is one
-the rename implies), the right place (an edit covers or touches a fault), false edits at clean
-positions, the characters each answer replaces against the fault's own span, and latency
-p50. Never asserted in tests.
+Typos, operators and off-by-ones are asked at the fault with no edit history (a
+refinement). As many clean positions (`clean`: a statement of the same regions left as it
+is), and with each next edit a clean one (`clean_next`: the developer changes a small
+number, which implies nothing elsewhere): the right answer is no edit. Each case is opened
+in the real server over stdio and `diffusion/inlineEdit` asked. Reported per kind and in
+total (JSON): the right edit (applying the answer restores the original at the fault; for a
+next edit, each edit is one the change implies), the right place (an edit covers or touches
+a fault), false edits at clean positions, the widest edit of each answer against the widest
+fix (more than 4x: "wider than the fault"), and latency p50. Never asserted in tests.
 
     python bench/edits.py --model .weights-cache/qwen2.5-coder-0.5b-int8 [--per-file 3] [--timeout-s 60]
     python bench/edits.py --llama .weights-cache/qwen2.5-coder-0.5b-instruct.gguf   (a remote engine)
@@ -299,7 +299,7 @@ def judge(case: EditCase, edits: list[dict[str, Any]]) -> dict[str, Any]:
     a, b = case.span
     want = case.text[:a] + case.fixed + case.text[b:]
     ranges = [(_offset(case.text, e["range"]["start"]), _offset(case.text, e["range"]["end"])) for e in edits]
-    replaced = sum(e - s for s, e in ranges)
+    replaced = max((e - s for s, e in ranges), default=0)  # the widest edit of the answer
     fixes = case.fixes or ((a, b, case.fixed),)
     made = {(s, e, edit["text"]) for (s, e), edit in zip(ranges, edits, strict=True)}
     # a next edit is right when each of its edits is one the developer's edit implies
@@ -310,7 +310,7 @@ def judge(case: EditCase, edits: list[dict[str, Any]]) -> dict[str, Any]:
         # an edit that covers or touches a fault (an operator's span holds its blanks, the edit may not)
         "right_place": case.kind not in CLEAN and any(s <= f[1] and f[0] <= e for s, e in ranges for f in fixes),
         "replaced_chars": replaced,
-        "fault_chars": b - a,
+        "fault_chars": max(f[1] - f[0] for f in fixes),  # the widest fix
     }
 
 
