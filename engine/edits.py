@@ -52,6 +52,7 @@ from typing import Any, Protocol
 
 from engine.fill import InfillRequest
 from engine.spans import Document, SignatureChange, count_errors, language_for
+from engine.spans.document import common_prefix, common_suffix
 from engine.spans.lines import line_end, line_start
 
 log = logging.getLogger(__name__)
@@ -430,18 +431,9 @@ def refilled(engine: Checked, req: EditRequest, control: Any) -> list[Edit]:
 def difference(old: str, new: str) -> tuple[int, int, str]:
     """(start, end, text): the one span of `old` that `new` replaces, after their common
     start and end."""
-    head = len(_common_start(old, new))
-    tail = len(_common_start(old[head:][::-1], new[head:][::-1]))
+    head = common_prefix(old, new)
+    tail = common_suffix(old, new, head)
     return head, len(old) - tail, new[head : len(new) - tail]
-
-
-def _common_start(a: str, b: str) -> str:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return a[:n]
 
 
 def realigned(old: str, written: str, complete: bool = False) -> list[tuple[int, int, str]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.edits import grown
+from engine.edits import difference, grown
 
 TOUCHING_CHARS = 1  # a change this close to the running edit continues it
 
@@ -30,21 +30,8 @@ def changed(before: str, after: str) -> Change | None:
     None when they are the same."""
     if before == after:
         return None
-    head = _common_length(before, after)
-    tail = _common_length(before[head:][::-1], after[head:][::-1])
-    return Change(head, before[head : len(before) - tail], after[head : len(after) - tail])
-
-
-def _common_length(a: str, b: str) -> int:
-    """The length of the common start of `a` and `b`, by halving (slices compare in C)."""
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    start, end, new = difference(before, after)
+    return Change(start, before[start:end], new)
 
 
 def _whole_words(before: str, change: Change | None) -> Change | None:

@@ -9,12 +9,13 @@ parses a candidate (the document with a fill inserted) the same way, for validat
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, AnyStr
 
 from engine.spans.languages import Language, parser_for
 
 
-def _common_prefix(a: bytes, b: bytes) -> int:
+def common_prefix(a: AnyStr, b: AnyStr) -> int:
+    """The length of the common start of `a` and `b` (text or bytes)."""
     lo, hi = 0, min(len(a), len(b))
     while lo < hi:  # binary search over slice comparisons: memcmp speed
         mid = (lo + hi + 1) // 2
@@ -25,7 +26,8 @@ def _common_prefix(a: bytes, b: bytes) -> int:
     return lo
 
 
-def _common_suffix(a: bytes, b: bytes, limit: int) -> int:
+def common_suffix(a: AnyStr, b: AnyStr, limit: int) -> int:
+    """The length of the common end of `a` and `b`, leaving their first `limit` alone."""
     lo, hi = 0, min(len(a), len(b)) - limit
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -47,8 +49,8 @@ def reparse(parser: Any, tree: Any, old: bytes, new: bytes, edit: tuple[int, int
     (start, old_end, new_end bytes) that turns `old` into `new`; found by diffing when
     not given."""
     if edit is None:
-        start = _common_prefix(old, new)
-        tail = _common_suffix(old, new, start)
+        start = common_prefix(old, new)
+        tail = common_suffix(old, new, start)
         edit = (start, len(old) - tail, len(new) - tail)
     start, old_end, new_end = edit
     edited = tree.copy()
