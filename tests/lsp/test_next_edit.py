@@ -61,9 +61,11 @@ def test_a_rename_proposes_the_other_uses_in_its_function() -> None:
         applied = RENAMED
         for s, e in sorted(spans, reverse=True):
             applied = applied[:s] + "amount" + applied[e:]
-        assert applied == TEXT[: TEXT.index("def other")].replace("count", "amount").replace(
-            "item.amount", "item.count"
-        ) + TEXT[TEXT.index("def other") :]
+        assert (
+            applied
+            == TEXT[: TEXT.index("def other")].replace("count", "amount").replace("item.amount", "item.count")
+            + TEXT[TEXT.index("def other") :]
+        )
     finally:
         assert c.close() == 0
 
