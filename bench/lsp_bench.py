@@ -12,16 +12,22 @@ from pytest_lsp import client_capabilities
 from pytest_lsp.client import LanguageClient, make_test_lsp_client
 
 
-async def start_server(settings: dict[str, object]) -> LanguageClient:
+async def start_server(settings: dict[str, object], folders: list[Path] | None = None) -> LanguageClient:
     """`python -m lsp_server` over stdio, initialized with `settings` (the diffusionLsp
-    section) and VS Code's capabilities plus inline completion."""
+    section), VS Code's capabilities plus inline completion, and `folders` as the
+    workspace folders."""
     client = make_test_lsp_client()
     await client.start_io(sys.executable, "-m", "lsp_server")
     caps = client_capabilities("visual_studio_code")
     assert caps.text_document is not None
     caps.text_document.inline_completion = types.InlineCompletionClientCapabilities()
+    workspace = [types.WorkspaceFolder(uri=f.resolve().as_uri(), name=f.name) for f in folders or []]
     await client.initialize_session(
-        types.InitializeParams(capabilities=caps, initialization_options={"diffusionLsp": settings})
+        types.InitializeParams(
+            capabilities=caps,
+            initialization_options={"diffusionLsp": settings},
+            workspace_folders=workspace or None,
+        )
     )
     return client
 

@@ -46,6 +46,7 @@ from engine.syntax import FillPlan, check_candidates, plan_fill
 log = logging.getLogger(__name__)
 
 REGION_SLACK_TOKENS = 16  # a fill in place of a region may grow this much past it
+REPOSITORY_CHARS = 4000  # repository context for a generator that does not say how much it takes
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,9 @@ class InfillRequest:
     region: str = ""  # the text between prefix and suffix the fill takes the place of (a hole, a selection)
     refine: bool = False  # keep the region's tokens the model finds likely, re-fill the rest
     previous: Shown | None = None  # the fill shown last here: typing its start warm-starts the canvas
-    extra_files: list[tuple[str, str]] = field(default_factory=list)  # (name, text): repository context
+    extra_files: list[tuple[str, str]] = field(default_factory=list)  # (path, text): repository context
+    repository: str = ""  # the repository's name (the workspace folder's), for layouts that state it
+    path: str = ""  # the current file's path in it
     document: Any | None = None  # the caller's spans.Document of prefix + suffix, if it keeps one
     check_syntax: bool = True  # with a language that has a grammar: validate and cut candidates
     min_tokens: int | None = None  # None: 1 on a blank line (a line is wanted there), else 0
@@ -197,6 +200,13 @@ class Engine:
         calibrated = getattr(self.generator, "calibrated", None)
         value = calibrated(multiline) if callable(calibrated) else None
         return value if isinstance(value, float) else None
+
+    def repository_chars(self) -> int:
+        """About how many characters of repository context a fill takes (the generator's
+        `repository_chars`, else REPOSITORY_CHARS): what the caller selects for it."""
+        chars = getattr(self.generator, "repository_chars", None)
+        value = chars(self.options) if callable(chars) else None
+        return value if isinstance(value, int) else REPOSITORY_CHARS
 
     def count_tokens(self, text: str) -> int:
         """`text`'s length in the generator's tokens."""

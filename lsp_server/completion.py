@@ -7,6 +7,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from lsprotocol import types
@@ -21,8 +22,6 @@ from lsp_server.service import COMPLETION, INLINE, INVOKED
 log = logging.getLogger(__name__)
 
 DRAFT = "diffusion/draft"  # custom notification: a fill as it forms (clients opt in)
-EXTRA_FILES = 4  # other open documents sent as repository context to an engine that takes it
-EXTRA_FILE_CHARS = 4000
 
 
 @dataclass(frozen=True)
@@ -88,14 +87,13 @@ def cursor(
             return None
         where = shown
     lang = grammar_name(doc)
-    engine = ls.fills.engine
     request = InfillRequest(
         prefix=prefix,
         suffix=suffix,
         language=lang or language(doc).name,
         candidates=candidates,
         document=syntax_tree(ls, uri, doc) if lang and selected is None else None,
-        extra_files=_other_files(ls, doc) if engine is not None and engine.takes_extra_files else [],
+        **_repository(ls, doc, prefix, suffix),  # type: ignore[arg-type]
     )
     return Cursor(doc, where, request)
 
@@ -140,15 +138,42 @@ def _draft_sender(
     return send
 
 
-def _other_files(ls: DiffusionServer, doc: TextDocument) -> list[tuple[str, str]]:
-    """Repository context for a remote engine that takes it (llama-server's input_extra):
-    the other open documents of the same language, at most EXTRA_FILES of them, each cut
-    to EXTRA_FILE_CHARS."""
-    out: list[tuple[str, str]] = []
-    for other in list(ls.workspace.text_documents.values()):
-        if other.uri != doc.uri and other.language_id == doc.language_id and len(out) < EXTRA_FILES:
-            out.append((unquote(urlsplit(other.uri).path) or other.uri, other.source[:EXTRA_FILE_CHARS]))
-    return out
+def _repository(ls: DiffusionServer, doc: TextDocument, prefix: str, suffix: str) -> dict[str, object]:
+    """The request's repository context (docs/server.md, Repository context): pieces of the
+    other open documents and of the files this one imports in the workspace, chosen by
+    engine.repository and kept while the cursor stays on its line (FillService.pieces);
+    none when the setting is off or the engine has no use for them."""
+    engine = ls.fills.engine
+    if engine is None or not engine.takes_extra_files or not ls.fills.settings.repository_context:
+        return {}
+    path = Path(unquote(urlsplit(doc.uri).path)) if doc.uri.startswith("file:") else None
+    folder = ls.fills.repository.folder_of(path) if path is not None else None
+    current = str(path.relative_to(folder)) if path is not None and folder is not None else doc.uri
+
+    def files() -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        for other in list(ls.workspace.text_documents.values()):
+            if other.uri != doc.uri:
+                out.append((_shown_path(ls, other.uri), other.source))
+        if path is not None:
+            for imported in ls.fills.repository.imported(path, doc.source, language(doc).name):
+                text = ls.fills.repository.read(imported)
+                if text is not None and not any(p == _shown_path(ls, imported.as_uri()) for p, _ in out):
+                    out.append((_shown_path(ls, imported.as_uri()), text))
+        return out
+
+    line = prefix.count("\n")
+    pieces = ls.fills.pieces(doc.uri, line, files, prefix, suffix, current)
+    return {"extra_files": pieces, "repository": folder.name if folder is not None else "", "path": current}
+
+
+def _shown_path(ls: DiffusionServer, uri: str) -> str:
+    """A file's path as the model is shown it: relative to its workspace folder."""
+    if not uri.startswith("file:"):
+        return uri
+    path = Path(unquote(urlsplit(uri).path))
+    folder = ls.fills.repository.folder_of(path)
+    return str(path.resolve().relative_to(folder)) if folder is not None else str(path)
 
 
 def _reads_markdown(ls: DiffusionServer) -> bool:

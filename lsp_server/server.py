@@ -22,7 +22,9 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from lsprotocol import types
 
@@ -75,11 +77,21 @@ def register(server: DiffusionServer) -> None:
 
 def initialize(ls: DiffusionServer, params: types.InitializeParams) -> None:
     settings, problems = parse_settings(params.initialization_options)
+    ls.fills.repository.set_folders(_workspace_folders(params))
     if ls.model_override:
         settings = replace(settings, model=ls.model_override)
     ls.fills.configure(settings)
     for problem in problems:
         ls.tell(problem, types.MessageType.Warning)
+
+
+def _workspace_folders(params: types.InitializeParams) -> list[Path]:
+    """The workspace folders the client names (or its root), as local paths."""
+    uris = [f.uri for f in params.workspace_folders or []] or ([params.root_uri] if params.root_uri else [])
+    paths = [Path(unquote(urlsplit(u).path)) for u in uris if u and u.startswith("file:")]
+    if not paths and params.root_path:
+        paths = [Path(params.root_path)]
+    return paths
 
 
 async def initialized(ls: DiffusionServer, params: types.InitializedParams) -> None:

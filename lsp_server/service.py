@@ -53,8 +53,10 @@ from engine.errors import EngineError
 from engine.fill import Engine, FillControl, FillOptions, InfillRequest
 from engine.opener import EngineSource, open_engine
 from engine.remote.generator import CHARS_PER_TOKEN, CONTEXT_CHARS, RemoteConfig
+from engine.repository import select
 from engine.spans import Document, Language, Span, fill_holes_jointly, language_for
 from lsp_server.history import Change, EditHistory
+from lsp_server.repository import Repository
 from lsp_server.reuse import KEPT, MODEL, TYPE_THROUGH, Job, Recall
 from lsp_server.settings import AUTO, LOGPROBS_SWITCH, Settings
 
@@ -67,6 +69,7 @@ log = logging.getLogger(__name__)
 # docs/server.md, While you type). The held-out eval's 0.16 kept nine in ten right fills.
 DEFAULT_MIN_CONFIDENCE = 0.25
 HELD_LOG_INTERVAL_S = 60.0  # a fill held back is logged at info level at most this often
+REBUILD_S = 30.0  # repository context is chosen again at least this often, even on one line
 
 Drafts = Callable[[int, list[str]], None]
 
@@ -81,6 +84,17 @@ class OpenDocument:
     edits: int = 0  # edits so far: an answer for a text the document has left is dropped
     asked: bool = False  # the user asked for a suggestion (diffusion.suggestNow): the next is Invoked
     history: EditHistory | None = None  # its recent edits (next edit suggestions read the last)
+    context: ContextBlock | None = None  # the repository context its fills get now (FillService.pieces)
+
+
+@dataclass(frozen=True)
+class ContextBlock:
+    """Repository context chosen for a document: kept while the cursor stays on `line`, so
+    that the tokens it lays out first stay cached across keystrokes, for REBUILD_S at most."""
+
+    line: int
+    pieces: list[tuple[str, str]]
+    made: float
 
 
 @dataclass(frozen=True)
@@ -136,6 +150,7 @@ class FillService:
         self.answers: Counter[str] = Counter()  # answers given, by where they came from (reuse: MODEL, KEPT, ...)
         self.ahead_fills = 0  # fills made ahead of the user (`_ahead`), apart from engine_calls
         self.docs: dict[str, OpenDocument] = {}
+        self.repository = Repository()  # the workspace's files, for repository context
         self._lock = threading.Lock()
         self.notify: Callable[[str], None] = _log_warning  # tells the user (the server sets DiffusionServer.tell)
         self._last_error: str | None = None  # an engine fault is told once, until a fill works again
@@ -209,6 +224,28 @@ class FillService:
             record = self.docs.get(uri)
         if record is not None and record.job is not None:
             record.job.flag.set()
+
+    def pieces(
+        self,
+        uri: str,
+        line: int,
+        files: Callable[[], list[tuple[str, str]]],
+        prefix: str,
+        suffix: str,
+        current: str,
+    ) -> list[tuple[str, str]]:
+        """The repository context for a fill on `line` of the document: the block chosen
+        before while the cursor is still on that line (and for REBUILD_S at most), else the
+        pieces of `files()` engine.repository.select chooses now."""
+        record = self.document(uri)
+        block, now = record.context, time.monotonic()
+        if block is not None and block.line == line and now - block.made < REBUILD_S:
+            return block.pieces
+        engine = self.engine
+        budget = engine.repository_chars() if engine is not None else 0
+        chosen = select(files(), prefix, suffix, budget, current) if budget > 0 else []
+        record.context = ContextBlock(line, chosen, now)
+        return chosen
 
     def opened(self, uri: str, text: str) -> None:
         """The document opened as `text`: its edit history starts here."""

@@ -42,6 +42,7 @@ class Settings:
     one_line_while_typing: bool = True  # ghost text shown unasked is one line; the next comes after Tab
     end_where_unsure: bool = True  # ghost text shown unasked ends before its first token below minConfidence
     middle_priming: bool = True  # the cursor's line as the fill's start: a keystroke appends to the cached context
+    repository_context: bool = True  # other open files and the files this one imports, in each fill
     quantization: str = "none"  # the transformers backends' checkpoints: "int8" or "4bit" weights
     # a remote engine (docs/remote.md): set `endpoint` and the fills come from it
     endpoint: str | None = None  # http(s) URL of the inference server; None: the local model
@@ -273,6 +274,17 @@ OPTIONS: tuple[Option, ...] = (
             " the code after the cursor: the ghost text comes several times sooner. For models that fill in the"
             " prefix-suffix-middle order one token at a time (Qwen2.5-Coder); off: the exact order, every"
             " keystroke."
+        ),
+    ),
+    Option(
+        "repository_context",
+        "repositoryContext",
+        "boolean",
+        description=(
+            "Give each fill pieces of your other files: the other open documents and the files the current one"
+            " imports inside the workspace folders (never outside them, nothing ignored, binary or over 200 KB),"
+            " the pieces most like the code around the cursor. For models with a format for it (Qwen2.5-Coder's"
+            " repository layout) and remote engines that take it. Off: the current file alone."
         ),
     ),
     Option(

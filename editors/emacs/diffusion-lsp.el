@@ -223,6 +223,15 @@ fill in the prefix-suffix-middle order one token at a time
 \(Qwen2.5-Coder); off: the exact order, every keystroke."
   :type 'boolean)
 
+(defcustom diffusion-lsp-repository-context t
+  "Give each fill pieces of your other files: the other open documents
+and the files the current one imports inside the workspace folders
+\(never outside them, nothing ignored, binary or over 200 KB), the
+pieces most like the code around the cursor.  For models with a format
+for it (Qwen2.5-Coder's repository layout) and remote engines that
+take it.  Off: the current file alone."
+  :type 'boolean)
+
 (defcustom diffusion-lsp-fill-ahead t
   "While a suggestion is on screen, make the next one in the idle time,
 as if it had been accepted, so that the suggestion after a Tab is
@@ -309,6 +318,7 @@ booleans are always sent."
                  (:oneLineWhileTyping . ,(if diffusion-lsp-one-line-while-typing t :json-false))
                  (:endWhereUnsure . ,(if diffusion-lsp-end-where-unsure t :json-false))
                  (:middlePriming . ,(if diffusion-lsp-middle-priming t :json-false))
+                 (:repositoryContext . ,(if diffusion-lsp-repository-context t :json-false))
                  (:fillAhead . ,(if diffusion-lsp-fill-ahead t :json-false))
                  (:endpoint . ,diffusion-lsp-endpoint)
                  (:dialect . ,diffusion-lsp-dialect)

@@ -11,7 +11,7 @@ is written against the array API (array-api-compat), never against one library.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -56,6 +56,9 @@ class Prompt:
     # it), or the line typed so far (middle priming, engine.local.heal)
     middle: tuple[int, ...] = ()
     plain: bool = False  # a bare prompt: `prefix` (then `middle`) as it is, no fill-in-the-middle markers
+    # repository context, laid out already (`PromptLayout.repository`): first in the sequence,
+    # where it changes rarely and stays cached across keystrokes
+    context: tuple[int, ...] = ()
 
     def extended(self, ids: Sequence[int]) -> Prompt:
         """The same prompt with `ids` accepted into the fill."""
@@ -84,6 +87,14 @@ class PromptLayout(Protocol):
         ...
 
     def ids(self, prompt: Prompt) -> tuple[int, ...]: ...
+
+    def repository(
+        self, encode: Callable[[str], list[int]], files: Sequence[tuple[str, str]], name: str, path: str
+    ) -> tuple[int, ...]:
+        """Repository context in the model's own format: the (path, text) pieces of other
+        files, the repository's `name` and the current file's `path`; () where the model
+        has no format for it (it then gets none)."""
+        ...
 
 
 @dataclass

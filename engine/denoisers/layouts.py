@@ -11,7 +11,7 @@ in the order its model was trained on. Torch-free: the onnx backends use them to
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,8 +47,23 @@ class SuffixFirst:
 
     def ids(self, prompt: Prompt) -> tuple[int, ...]:
         if prompt.plain:
-            return (*prompt.prefix, *prompt.middle)
-        return (self.suffix, *prompt.suffix, self.prefix, *prompt.prefix, *prompt.middle, self.middle)
+            return (*prompt.context, *prompt.prefix, *prompt.middle)
+        return (
+            *prompt.context,
+            self.suffix,
+            *prompt.suffix,
+            self.prefix,
+            *prompt.prefix,
+            *prompt.middle,
+            self.middle,
+        )
+
+    def repository(
+        self, encode: Callable[[str], list[int]], files: Sequence[tuple[str, str]], name: str, path: str
+    ) -> tuple[int, ...]:
+        """None: the shipped model and DiffusionGemma were not trained with other files
+        before the suffix (docs/server.md, Repository context)."""
+        return ()
 
 
 def suffix_first(tok: Tokenizer) -> SuffixFirst:
@@ -65,7 +80,12 @@ class Plain:
     primes: bool = field(default=False, init=False)  # no suffix: typing at the cursor already appends
 
     def ids(self, prompt: Prompt) -> tuple[int, ...]:
-        return (*prompt.prefix, *prompt.middle)
+        return (*prompt.context, *prompt.prefix, *prompt.middle)
+
+    def repository(
+        self, encode: Callable[[str], list[int]], files: Sequence[tuple[str, str]], name: str, path: str
+    ) -> tuple[int, ...]:
+        return ()
 
 
 @dataclass(frozen=True)
@@ -79,6 +99,8 @@ class Specials:
     fim_prefix: int
     fim_suffix: int
     fim_middle: int
+    repo_name: int | None = None  # Qwen2.5-Coder's repository-level markers, where the tokenizer has them
+    file_sep: int | None = None
 
     def info(
         self, vocab_size: int, max_positions: int, suppress_ids: Sequence[int], autoregressive: bool
@@ -130,12 +152,28 @@ class DreamLayout:
 
     def parts(self, prompt: Prompt) -> Parts:
         sp = self.sp
+        c = prompt.context
         if prompt.plain:
-            plain = (sp.start, *prompt.prefix, *prompt.middle)
+            plain = (sp.start, *c, *prompt.prefix, *prompt.middle)
             return Parts(before=plain, after=(), causal=plain)
         p, s, m = prompt.prefix, prompt.suffix, prompt.middle
-        causal = (sp.fim_prefix, *p, sp.fim_suffix, *s, sp.fim_middle, *m)
-        return Parts(before=(sp.start, *p, *m), after=(*s, sp.eof), causal=causal)
+        causal = (*c, sp.fim_prefix, *p, sp.fim_suffix, *s, sp.fim_middle, *m)
+        return Parts(before=(sp.start, *c, *p, *m), after=(*s, sp.eof), causal=causal)
+
+    def repository(
+        self, encode: Callable[[str], list[int]], files: Sequence[tuple[str, str]], name: str, path: str
+    ) -> tuple[int, ...]:
+        """Qwen2.5-Coder's repository-level layout (its technical report, 3.2):
+        `<|repo_name|>name\n<|file_sep|>path\ntext\n ... <|file_sep|>current path\n`, then
+        the fill-in-the-middle prompt; () for a tokenizer without those markers."""
+        sp = self.sp
+        if sp.repo_name is None or sp.file_sep is None or not files:
+            return ()
+        out = [sp.repo_name, *encode(f"{name}\n")]
+        for other, text in files:
+            out += [sp.file_sep, *encode(f"{other}\n{text.rstrip(chr(10))}\n")]
+        out += [sp.file_sep, *encode(f"{path}\n")]
+        return tuple(out)
 
 
 def dream_tokens(
@@ -174,7 +212,15 @@ def dream_tokens(
     start = first_known(hf.token_to_id("<|beginoftext|>"), first_id(cfg.get("bos_token_id")), fallback=eos)
     sp = tok.special
     specials = Specials(
-        mask=mask, eof=sp.eof, pad=sp.pad, start=start, fim_prefix=sp.prefix, fim_suffix=sp.suffix, fim_middle=sp.middle
+        mask=mask,
+        eof=sp.eof,
+        pad=sp.pad,
+        start=start,
+        fim_prefix=sp.prefix,
+        fim_suffix=sp.suffix,
+        fim_middle=sp.middle,
+        repo_name=hf.token_to_id("<|repo_name|>"),
+        file_sep=hf.token_to_id("<|file_sep|>"),
     )
     # never sampled: the tokenizer's special tokens (but the ends) and the rows it never produces
     special = [i for i, t in hf.get_added_tokens_decoder().items() if t.special and i not in (sp.eof, sp.pad)]

@@ -53,7 +53,7 @@ generation_config.json (`block_length`) or config.json's defaults set a block le
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -152,6 +152,11 @@ class LLaDALayout:
     def ids(self, prompt: Prompt) -> tuple[int, ...]:
         before, after = self.split(prompt)
         return (*before, *after)
+
+    def repository(
+        self, encode: Callable[[str], list[int]], files: Sequence[tuple[str, str]], name: str, path: str
+    ) -> tuple[int, ...]:
+        return ()  # no format for other files (docs/server.md, Repository context)
 
 
 # ---------------------------------------------------------------------------- the denoiser

@@ -61,6 +61,8 @@ MAX_CHARS_PER_TOKEN = 12  # text farther than budget * this from the cursor is n
 MIDDLE_PRIMING = True  # the default of FillOptions.middle_priming (docs/models.md: measured on the typing benchmark)
 MAX_PRIMED_CHARS = 400  # a longer line is not primed (the prompt's budget is the prefix's)
 REFINE_KEEP = 0.3  # refine: tokens the model gives at least this probability are kept
+REPOSITORY_SHARE = 0.5  # of the context budget for repository context (docs/server.md: measured)
+CHARS_PER_CONTEXT_TOKEN = 3.2  # what the caller selects for that share (the block drops what does not fit)
 # transformers' DiffusionGemmaGenerationConfig defaults (_get_default_generation_params)
 UNIFORM_DEFAULTS: dict[str, Any] = {
     "max_steps": 48,
@@ -135,8 +137,6 @@ def _first_fitting(cuts: list[int], tokens_of: Callable[[int], list[int]], budge
 class LocalGenerator:
     """Raw candidates from one loaded model; keeps the context cache."""
 
-    takes_extra_files = False
-
     def __init__(self, model: LoadedModel, cache_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.model = model
         self.tok = self.tokenizer = model.tokenizer
@@ -144,6 +144,11 @@ class LocalGenerator:
         self.cache = ContextCache(cache_bytes)
         self.defaults = model.defaults
         self.languages = model.languages
+
+    @functools.cached_property
+    def takes_extra_files(self) -> bool:
+        """Whether the model's layout has a format for repository context."""
+        return bool(self.den.layout.repository(self.tok.encode, [("a", "b")], "r", "p"))
 
     @property
     def limits(self) -> FillLimits:
@@ -225,6 +230,8 @@ class LocalGenerator:
             warnings.append(f"context budget {budget} is below {MIN_CONTEXT_TOKENS}; using {MIN_CONTEXT_TOKENS}")
             budget = MIN_CONTEXT_TOKENS
         budget -= self.den.layout.overhead
+        context = self._repository(req, int(budget * self._repository_share())) if req.extra_files else ()
+        budget -= len(context)
         # the suffix gets at most its share, the prefix the rest; a short prefix (the top of
         # a file) leaves its unused budget to the suffix, in line-aligned steps only, so
         # that typing (which grows the prefix) rarely moves the suffix's cut
@@ -244,8 +251,35 @@ class LocalGenerator:
             longer = trim_suffix(self.tok.encode, req.suffix, min(cap, room), exact=False)
             if len(longer) > len(suffix_ids):
                 suffix_ids = longer
-        prompt = Prompt(prefix=tuple(prefix_ids), suffix=tuple(suffix_ids), middle=middle)
+        prompt = Prompt(prefix=tuple(prefix_ids), suffix=tuple(suffix_ids), middle=middle, context=context)
         return prompt, list(self.den.layout.ids(prompt))
+
+    def repository_chars(self, opts: FillOptions) -> int:
+        """About how many characters of repository context fit its share of the context
+        budget (CHARS_PER_CONTEXT_TOKEN a token: code runs about 3 to 4)."""
+        budget = opts.context_tokens or int(self.defaults.get("context_tokens", DEFAULT_CONTEXT_TOKENS))
+        return int(budget * self._repository_share() * CHARS_PER_CONTEXT_TOKEN)
+
+    def _repository_share(self) -> float:
+        """The share of the context budget repository context may take (config.json
+        defaults `repository_share`, else REPOSITORY_SHARE)."""
+        return float(self.defaults.get("repository_share", REPOSITORY_SHARE))
+
+    def _repository(self, req: InfillRequest, budget: int) -> tuple[int, ...]:
+        """The request's repository context in the layout's format, within `budget` tokens:
+        as many of its pieces as fit, in the order given (the server's, stable while the
+        user types: the block is a prefix of the cached sequence)."""
+        files = tuple(req.extra_files)
+        while files:
+            ids = self._laid_out(files, req.repository or "repository", req.path or "file")
+            if len(ids) <= budget:
+                return ids
+            files = files[:-1]
+        return ()
+
+    @functools.lru_cache(maxsize=32)  # noqa: B019 (one generator per loaded model; a keystroke repeats the block)
+    def _laid_out(self, files: tuple[tuple[str, str], ...], name: str, path: str) -> tuple[int, ...]:
+        return self.den.layout.repository(self.tok.encode, files, name, path)
 
     def _priming(self, opts: FillOptions, req: InfillRequest, cfg: SamplerConfig) -> tuple[str, str] | None:
         """Middle priming (engine.local.heal): (the start of the cursor's line given as the

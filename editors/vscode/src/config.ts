@@ -26,6 +26,7 @@ const SERVER_KEYS = [
   "oneLineWhileTyping",
   "endWhereUnsure",
   "middlePriming",
+  "repositoryContext",
   "fillAhead",
   "endpoint",
   "dialect",

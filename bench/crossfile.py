@@ -1,0 +1,200 @@
+"""Cross-file benchmark (issue 43): does repository context give the fills the names, fields,
+argument names and constants that another file of the project defines?
+
+The projects are in fixtures/crossfile/: small multi-file projects in Python and JavaScript,
+written for this benchmark (so no model has seen them), each a module that defines things
+with names no one would guess and a module that uses them. Cases are cut from every line
+of a file that uses a name defined only in another file of its project (`cut_cases`): the
+line is cut just before that name's first use in the file (outside its import lines), and
+the right fill is the rest of the line.
+
+Each case is asked through the real server over stdio, the projects its workspace folders,
+as an Invoked inline completion on the file with the rest of the line removed; the server
+finds the other file by the import (lsp_server/repository.py). Twice: `repositoryContext`
+off, then on. Reported (JSON): exact match of the fill's first line with the rest of the
+line, edit similarity (difflib's ratio), per language and in total, and latency p50.
+Never asserted in tests.
+
+    python bench/crossfile.py --model .weights-cache/qwen2.5-coder-0.5b-int8
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import difflib
+import json
+import re
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "fixtures" / "crossfile"
+LANGUAGES = {".py": "python", ".js": "javascript"}
+IDENT = re.compile(r"[A-Za-z_$][\w$]*")
+DEFINES = re.compile(
+    r"(?:\b(?:def|class|function|const|let|var)\s+([A-Za-z_$][\w$]*))"  # a function, class or constant
+    r"|(?:^\s+([a-z_][\w]*)\s*:\s*[\w\[\]|. ]+(?:=.*)?$)"  # a dataclass field
+    r"|(?:\bthis\.([A-Za-z_$][\w$]*)\s*=)"  # a JavaScript field
+    r"|(?:^\s*([A-Z][A-Z0-9_]+)\s*=)"  # a Python constant
+    r"|(?:\(([\w, =.]+)\)\s*(?:->|\{|:))",  # parameters (names of arguments)
+    re.M,
+)
+COMMON = frozenset({"self", "this", "return", "const", "function", "import", "from", "export", "lines", "items"})
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    project: str
+    file: str  # relative to the project
+    language: str
+    text: str  # the file with the rest of the cut line removed
+    at: int  # the cut
+    want: str  # the rest of the line
+
+
+def defined(text: str) -> set[str]:
+    """The names a file defines: functions, classes, constants, fields, parameters."""
+    out: set[str] = set()
+    for m in DEFINES.finditer(text):
+        for group in m.groups():
+            if group:
+                out |= {w for w in IDENT.findall(group) if len(w) >= 4}
+    return out - COMMON
+
+
+def cut_cases(root: Path = FIXTURES) -> list[Case]:
+    """A case for each line of a file whose first use (outside imports) of a name another
+    file of its project defines, and the file does not, comes on it."""
+    cases = []
+    for project in sorted(p for p in root.iterdir() if p.is_dir()):
+        files = {p.name: p.read_text(encoding="utf-8") for p in sorted(project.iterdir()) if p.suffix in LANGUAGES}
+        for name, text in files.items():
+            others = set().union(*(defined(t) for n, t in files.items() if n != name)) - defined(text)
+            seen: set[str] = set()
+            offset = 0
+            for line in text.splitlines(keepends=True):
+                body = line.rstrip("\n")
+                code = not body.lstrip().startswith(("import ", "from ", "#", "//", '"""'))
+                if code:
+                    uses = [m for m in IDENT.finditer(body) if m.group() in others and m.group() not in seen]
+                    if uses and body[uses[0].start() :].strip():
+                        m = uses[0]
+                        at = offset + m.start()
+                        cut = text[:at] + text[offset + len(body) :]
+                        cases.append(
+                            Case(
+                                f"{project.name}/{name}:{text.count(chr(10), 0, at) + 1}",
+                                project.name,
+                                name,
+                                LANGUAGES[Path(name).suffix],
+                                cut,
+                                at,
+                                body[m.start() :],
+                            )
+                        )
+                    seen |= {m.group() for m in IDENT.finditer(body)}
+                offset += len(line)
+    return cases
+
+
+def similarity(a: str, b: str) -> float:
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+async def _run(settings: dict[str, Any], cases: list[Case], timeout_s: float) -> list[dict[str, Any]]:
+    sys.path.insert(0, str(ROOT / "bench"))
+    from lsp_bench import start_server  # noqa: E402 (bench/ on the path)
+    from lsprotocol import types
+
+    projects = sorted({FIXTURES / c.project for c in cases})
+    client = await start_server(settings, projects)
+    rows = []
+    try:
+        for c in cases:
+            uri = (FIXTURES / c.project / c.file).resolve().as_uri()
+            item = types.TextDocumentItem(uri=uri, language_id=c.language, version=1, text=c.text)
+            client.text_document_did_open(types.DidOpenTextDocumentParams(item))
+            line = c.text.count("\n", 0, c.at)
+            col = c.at - (c.text.rfind("\n", 0, c.at) + 1)
+            params = types.InlineCompletionParams(
+                text_document=types.TextDocumentIdentifier(uri),
+                position=types.Position(line, col),
+                context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+            )
+            t = time.perf_counter()
+            try:
+                answer = await asyncio.wait_for(client.text_document_inline_completion_async(params), timeout_s)
+            except TimeoutError:
+                answer = None
+            ms = (time.perf_counter() - t) * 1000
+            items = answer if isinstance(answer, list) else getattr(answer, "items", None) or []
+            text = items[0].insert_text if items else ""
+            text = text if isinstance(text, str) else getattr(text, "value", "")
+            got = text.split("\n", 1)[0].rstrip()
+            want = c.want.rstrip()
+            rows.append(
+                {
+                    "name": c.name,
+                    "language": c.language,
+                    "ms": round(ms, 1),
+                    "exact": got == want,
+                    "similarity": round(similarity(got, want), 4),
+                    "got": got,
+                    "want": want,
+                }
+            )
+            client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri)))
+            print(f"{c.name}: {rows[-1]['exact']} {got!r} / {want!r}", file=sys.stderr)
+    finally:
+        await client.shutdown_session()
+    return rows
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    def of(group: list[dict[str, Any]]) -> dict[str, Any]:
+        if not group:
+            return {"cases": 0}
+        return {
+            "cases": len(group),
+            "exact": round(sum(r["exact"] for r in group) / len(group), 4),
+            "similarity": round(statistics.mean(r["similarity"] for r in group), 4),
+            "p50_ms": round(statistics.median(r["ms"] for r in group), 1),
+        }
+
+    return {"total": of(rows), **{lang: of([r for r in rows if r["language"] == lang]) for lang in LANGUAGES.values()}}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", type=Path, help="model directory (the server's model setting)")
+    p.add_argument("--settings", type=json.loads, default={}, help="diffusionLsp settings (JSON)")
+    p.add_argument("--timeout-s", type=float, default=60.0)
+    p.add_argument("--only", choices=("off", "on"), help="one run only")
+    args = p.parse_args()
+    settings = {**({"model": str(args.model)} if args.model else {}), **args.settings}
+    cases = cut_cases()
+    report: dict[str, Any] = {
+        "when": time.strftime("%Y-%m-%d %H:%M"),
+        "model": str(args.model) if args.model else None,
+        "settings": args.settings,
+        "cases": len(cases),
+    }
+    for mode in ("off", "on"):
+        if args.only and mode != args.only:
+            continue
+        rows = asyncio.run(_run({**settings, "repositoryContext": mode == "on"}, cases, args.timeout_s))
+        report[f"context_{mode}"] = {**summary(rows), "rows": rows}
+    report["case_specs"] = [{k: v for k, v in asdict(c).items() if k != "text"} for c in cases]
+    json.dump(report, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
