@@ -31,6 +31,70 @@ AROUND_LINES = 20  # the lines before the cursor (and after it, half as many) a 
 DEFINITION_BONUS = 0.25  # added to the likeness of a window that defines a name used near the cursor
 REPEATS = 0.8  # a window this like the code around the cursor repeats it: left out
 MIN_LIKENESS = 0.02  # a window less like it than this is no help
+KEYWORDS = frozenset(
+    [
+        "and",
+        "as",
+        "assert",
+        "async",
+        "await",
+        "break",
+        "case",
+        "catch",
+        "class",
+        "const",
+        "continue",
+        "def",
+        "default",
+        "del",
+        "elif",
+        "else",
+        "except",
+        "export",
+        "extends",
+        "false",
+        "finally",
+        "for",
+        "from",
+        "func",
+        "function",
+        "go",
+        "if",
+        "import",
+        "in",
+        "interface",
+        "is",
+        "let",
+        "new",
+        "nil",
+        "none",
+        "not",
+        "null",
+        "or",
+        "package",
+        "pass",
+        "raise",
+        "range",
+        "return",
+        "self",
+        "static",
+        "struct",
+        "switch",
+        "this",
+        "throw",
+        "true",
+        "try",
+        "type",
+        "typeof",
+        "var",
+        "while",
+        "with",
+        "yield",
+        "None",
+        "True",
+        "False",
+    ]
+)
 _IDENT = re.compile(r"[A-Za-z_$][\w$]*")
 _DEFINES = re.compile(
     r"^\s*(?:(?:export\s+)?(?:async\s+)?(?:def|class|function|func|type|const|let|var)\s+(?:\([^)]*\)\s*)?"
@@ -57,7 +121,8 @@ def chunks_of(path: str, text: str) -> list[Chunk]:
 
 
 def identifiers(text: str) -> set[str]:
-    return {m.group() for m in _IDENT.finditer(text) if len(m.group()) > 1}
+    """The names in `text` (keywords and one-letter names left out)."""
+    return {m.group() for m in _IDENT.finditer(text) if len(m.group()) > 1} - KEYWORDS
 
 
 def jaccard(a: set[str], b: set[str]) -> float:

@@ -47,13 +47,20 @@ def tokenizer(specials: list[str] = SPECIALS) -> Any:
     return hf
 
 
-def write(root: Path, model_type: str = "Dream", *, seed: int = 0, mask: bool = True, **own: Any) -> Path:
+REPOSITORY_SPECIALS = ["<|repo_name|>", "<|file_sep|>"]  # Qwen2.5-Coder's repository-level markers
+
+
+def write(
+    root: Path, model_type: str = "Dream", *, seed: int = 0, mask: bool = True, repository: bool = False, **own: Any
+) -> Path:
     """A checkpoint directory: config.json (model_type "Dream", "qwen2" or "llama"),
-    model.safetensors, tokenizer.json; `own` goes into config.json's diffusion_lsp."""
+    model.safetensors, tokenizer.json (with Qwen's repository markers when `repository`);
+    `own` goes into config.json's diffusion_lsp."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-    hf = tokenizer(SPECIALS if mask else [s for s in SPECIALS if s not in ("<|mask|>", "<|beginoftext|>")])
+    specials = SPECIALS if mask else [s for s in SPECIALS if s not in ("<|mask|>", "<|beginoftext|>")]
+    hf = tokenizer(specials + REPOSITORY_SPECIALS if repository else specials)
     vocab = hf.get_vocab_size() + UNUSED_ROWS
     eos = hf.token_to_id("<|endoftext|>")
     shape: dict[str, Any] = {

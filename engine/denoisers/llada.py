@@ -146,7 +146,7 @@ class LLaDALayout:
     def split(self, prompt: Prompt) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(what precedes the canvas, what follows it)."""
         head = () if self.start is None else (self.start,)
-        before = (*head, *prompt.prefix, *prompt.middle)
+        before = (*head, *prompt.context, *prompt.prefix, *prompt.middle)
         return before, () if prompt.plain else tuple(prompt.suffix)
 
     def ids(self, prompt: Prompt) -> tuple[int, ...]:

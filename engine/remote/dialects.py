@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal, get_args
@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Literal, get_args
 from engine.decoding import CANDIDATE_TEMPERATURE
 from engine.remote import chat
 from engine.remote.wire import BadReply, Piece, Written
+from engine.spans import language_for
 
 DialectName = Literal["vllm", "openai-fim", "llama-infill", "chat"]
 CHAT_SLACK_TOKENS = 16  # a chat answer's code fence and language tag, on top of the fill's budget
@@ -154,10 +155,22 @@ class Vllm(Dialect):
 
 
 class OpenAIFim(Dialect):
-    """OpenAI-style FIM: `prompt` and `suffix` (`/v1/completions`, or a hosted FIM path)."""
+    """OpenAI-style FIM: `prompt` and `suffix` (`/v1/completions`, or a hosted FIM path);
+    repository context goes before the prefix in the prompt, each piece after a comment
+    line that names its file (`labelled`), as hosted FIM APIs take it (they have no field
+    for it)."""
+
+    takes_extra_files = True
 
     def prompt(self, ask: Ask) -> dict[str, Any]:
-        return {"prompt": ask.prefix, "suffix": ask.suffix}
+        return {"prompt": labelled(ask.extra_files, ask.language) + ask.prefix, "suffix": ask.suffix}
+
+
+def labelled(files: Sequence[tuple[str, str]], language: str | None) -> str:
+    """Repository context as code: each piece after a line comment naming its file (in the
+    language's comment syntax; `#` where it has none)."""
+    mark = (language_for(language).line_comment if language else "") or "#"
+    return "".join(f"{mark} {path}\n{text.rstrip(chr(10))}\n\n" for path, text in files)
 
 
 class LlamaInfill(Dialect):

@@ -141,6 +141,35 @@ def test_typing_on_a_primed_line_reads_only_what_was_typed(exported: dict[tuple[
     assert fills[0].text == fills[1].text and fills[0].context_tokens == fills[1].context_tokens
 
 
+def test_a_keystroke_with_repository_context_reads_only_what_was_typed(tmp_path: Path) -> None:
+    """Qwen's repository layout puts the other files first: a keystroke on a primed line
+    finds all of it cached, and the block is in the sequence (it is not without files)."""
+    source = dream_checkpoint.write(tmp_path / "src", "qwen2", autoregressive=True, repository=True)
+    model = load_model(export_lm(source, tmp_path / "onnx", "none"))
+    engine = local_engine(model, FillOptions(canvas_tokens=8, middle_priming=True))
+    assert engine.takes_extra_files
+    files = [("util.py", "def add(a, b):\n    return a + b\n")]
+    typed = [
+        InfillRequest(
+            prefix="def f(a, b):\n    " + word,
+            suffix="\n\nprint(1)\n",
+            extra_files=files,
+            repository="proj",
+            path="main.py",
+            min_tokens=2,
+        )
+        for word in ("ret", "retu")
+    ]
+    first = engine.fill(typed[0])
+    again = engine.fill(typed[1])
+    assert again.reused_tokens == again.context_tokens
+    alone = local_engine(model, FillOptions(canvas_tokens=8, middle_priming=True)).fill(
+        InfillRequest(prefix=typed[0].prefix, suffix=typed[0].suffix, min_tokens=2)
+    )
+    block = len(model.tokenizer.encode("util.py\ndef add(a, b):\n    return a + b\n"))
+    assert first.context_tokens >= alone.context_tokens + block
+
+
 def test_the_greedy_fill_in_8_bits_is_the_float_fill_on_most_contexts(exported: dict[tuple[str, str], Path]) -> None:
     texts = ["def add(a, b):\n    return ", "class Point:\n    def __init__(self, x, y):\n        self.", "for i in "]
     same = 0

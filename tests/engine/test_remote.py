@@ -76,6 +76,20 @@ def test_openai_fim_sends_prompt_and_suffix_to_the_configured_path(engine_server
     assert (sent.body["prompt"], sent.body["suffix"], sent.body["model"]) == (PREFIX, SUFFIX, "mercury-coder")
 
 
+@pytest.mark.parametrize(("language", "mark"), [("python", "#"), ("javascript", "//"), (None, "#")])
+def test_openai_fim_carries_repository_context_before_the_prefix(
+    engine_server: Engine, language: str | None, mark: str
+) -> None:
+    engine_server.reply = lambda h, b: json_reply(h, 200, {"choices": [{"text": "count", "index": 0}]})
+    eng = remote(engine_server.url, dialect="openai-fim")
+    assert eng.takes_extra_files
+    files = [("util.py", "def helper():\n    return 1\n"), ("b/c.py", "X = 2")]
+    eng.fill(InfillRequest(prefix=PREFIX, suffix=SUFFIX, language=language, extra_files=files))
+    sent = engine_server.seen[-1].body
+    want = f"{mark} util.py\ndef helper():\n    return 1\n\n{mark} b/c.py\nX = 2\n\n"
+    assert (sent["prompt"], sent["suffix"]) == (want + PREFIX, SUFFIX)
+
+
 def test_llama_infill_sends_its_fields_and_reads_content(engine_server: Engine) -> None:
     engine_server.reply = lambda h, b: json_reply(h, 200, {"content": "count", "tokens_cached": 10})
     r = remote(engine_server.url, dialect="llama-infill").fill(
