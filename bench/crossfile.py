@@ -12,7 +12,12 @@ Each case is asked through the real server over stdio, the projects its workspac
 as an Invoked inline completion on the file with the rest of the line removed; the server
 finds the other file by the import (lsp_server/repository.py). Twice: `repositoryContext`
 off, then on. Reported (JSON): exact match of the fill's first line with the rest of the
-line, edit similarity (difflib's ratio), per language and in total, and latency p50.
+line, edit similarity (difflib's ratio), per language and in total; latency p50 of the
+request, and of a keystroke (the suggestion dismissed, the first character of the right fill
+typed, and asked again: what a keystroke's fresh fill costs once the context is warm), and
+the ratios of context on to off. Fills run to their end (`deadlineMs` 30000 unless the
+settings say otherwise), so that what is measured is what the model writes, not what a
+deadline on a busy machine lets it write.
 Never asserted in tests.
 
     python bench/crossfile.py --model .weights-cache/qwen2.5-coder-0.5b-int8
@@ -122,17 +127,20 @@ async def _run(settings: dict[str, Any], cases: list[Case], timeout_s: float) ->
             client.text_document_did_open(types.DidOpenTextDocumentParams(item))
             line = c.text.count("\n", 0, c.at)
             col = c.at - (c.text.rfind("\n", 0, c.at) + 1)
-            params = types.InlineCompletionParams(
-                text_document=types.TextDocumentIdentifier(uri),
-                position=types.Position(line, col),
-                context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+            t = time.perf_counter()
+            answer = await _ask(client, uri, line, col, timeout_s)
+            ms = (time.perf_counter() - t) * 1000
+            # a keystroke: the first character of the right fill typed, and asked again, the
+            # suggestion dismissed first (so that a fresh fill answers, not type-through)
+            await client.workspace_execute_command_async(types.ExecuteCommandParams("diffusion.dismiss", [uri]))
+            typed = c.text[: c.at] + c.want[0] + c.text[c.at :]
+            change = types.TextDocumentContentChangeWholeDocument(text=typed)
+            client.text_document_did_change(
+                types.DidChangeTextDocumentParams(types.VersionedTextDocumentIdentifier(version=2, uri=uri), [change])
             )
             t = time.perf_counter()
-            try:
-                answer = await asyncio.wait_for(client.text_document_inline_completion_async(params), timeout_s)
-            except TimeoutError:
-                answer = None
-            ms = (time.perf_counter() - t) * 1000
+            await _ask(client, uri, line, col + 1, timeout_s)
+            keystroke_ms = (time.perf_counter() - t) * 1000
             items = answer if isinstance(answer, list) else getattr(answer, "items", None) or []
             text = items[0].insert_text if items else ""
             text = text if isinstance(text, str) else getattr(text, "value", "")
@@ -143,6 +151,7 @@ async def _run(settings: dict[str, Any], cases: list[Case], timeout_s: float) ->
                     "name": c.name,
                     "language": c.language,
                     "ms": round(ms, 1),
+                    "keystroke_ms": round(keystroke_ms, 1),
                     "exact": got == want,
                     "similarity": round(similarity(got, want), 4),
                     "got": got,
@@ -156,6 +165,21 @@ async def _run(settings: dict[str, Any], cases: list[Case], timeout_s: float) ->
     return rows
 
 
+async def _ask(client: Any, uri: str, line: int, col: int, timeout_s: float) -> Any:
+    """An Invoked inline completion at (line, col); None when it takes longer than `timeout_s`."""
+    from lsprotocol import types
+
+    params = types.InlineCompletionParams(
+        text_document=types.TextDocumentIdentifier(uri),
+        position=types.Position(line, col),
+        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+    )
+    try:
+        return await asyncio.wait_for(client.text_document_inline_completion_async(params), timeout_s)
+    except TimeoutError:
+        return None
+
+
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     def of(group: list[dict[str, Any]]) -> dict[str, Any]:
         if not group:
@@ -165,6 +189,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "exact": round(sum(r["exact"] for r in group) / len(group), 4),
             "similarity": round(statistics.mean(r["similarity"] for r in group), 4),
             "p50_ms": round(statistics.median(r["ms"] for r in group), 1),
+            "keystroke_p50_ms": round(statistics.median(r["keystroke_ms"] for r in group), 1),
         }
 
     return {"total": of(rows), **{lang: of([r for r in rows if r["language"] == lang]) for lang in LANGUAGES.values()}}
@@ -177,7 +202,7 @@ def main() -> int:
     p.add_argument("--timeout-s", type=float, default=60.0)
     p.add_argument("--only", choices=("off", "on"), help="one run only")
     args = p.parse_args()
-    settings = {**({"model": str(args.model)} if args.model else {}), **args.settings}
+    settings = {**({"model": str(args.model)} if args.model else {}), "deadlineMs": 30000, **args.settings}
     cases = cut_cases()
     report: dict[str, Any] = {
         "when": time.strftime("%Y-%m-%d %H:%M"),
@@ -190,6 +215,10 @@ def main() -> int:
             continue
         rows = asyncio.run(_run({**settings, "repositoryContext": mode == "on"}, cases, args.timeout_s))
         report[f"context_{mode}"] = {**summary(rows), "rows": rows}
+    if "context_off" in report and "context_on" in report:
+        on, off = report["context_on"]["total"], report["context_off"]["total"]
+        report["exact_ratio"] = round(on["exact"] / off["exact"], 3) if off["exact"] else None
+        report["keystroke_ratio"] = round(on["keystroke_p50_ms"] / off["keystroke_p50_ms"], 3)
     report["case_specs"] = [{k: v for k, v in asdict(c).items() if k != "text"} for c in cases]
     json.dump(report, sys.stdout, indent=2)
     sys.stdout.write("\n")
