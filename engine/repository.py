@@ -11,7 +11,9 @@ and keeps the ones most like the code around the cursor, within a character budg
   definition is what a fill that calls it needs;
 - windows that repeat the code around the cursor are left out (a model shown the text it
   is writing copies it: llama.vim's finding), and windows of the current file too;
-- the kept windows come back in a fixed order (by path, then line), whatever their scores,
+- a window that overlaps one already kept adds only its new lines (to the budget, too), and
+  windows that touch are merged, so that a file is never cut where two windows meet;
+- the kept pieces come back in a fixed order (by path, then line), whatever their scores,
   so that the same set is the same sequence of tokens, and the cached keys and values of a
   prompt that starts with it stay valid across keystrokes.
 
@@ -164,16 +166,31 @@ def select(
             if likeness >= MIN_LIKENESS:
                 scored.append((likeness, chunk))
     scored.sort(key=lambda s: (-s[0], s[1].path, s[1].line))
-    kept: list[Chunk] = []
+    lines_of = {path: text.splitlines(keepends=True) for path, text in files}
+    taken: dict[str, set[int]] = {}  # the lines of each file chosen so far
     room = budget_chars
     for _, chunk in scored:
-        if len(chunk.text) > room or any(_overlaps(chunk, k) for k in kept):
+        lines = lines_of[chunk.path]
+        have = taken.setdefault(chunk.path, set())
+        new = [i for i in range(chunk.line, min(chunk.line + CHUNK_LINES, len(lines))) if i not in have]
+        cost = sum(len(lines[i]) for i in new)
+        if not new or cost > room:
             continue
-        kept.append(chunk)
-        room -= len(chunk.text)
-    kept.sort(key=lambda c: (c.path, c.line))
-    return [(c.path, c.text) for c in kept]
+        have.update(new)
+        room -= cost
+    out = []
+    for path in sorted(taken):
+        for start, end in _runs(sorted(taken[path])):  # overlapping windows merged: each line once
+            out.append((path, "".join(lines_of[path][start:end])))
+    return out
 
 
-def _overlaps(a: Chunk, b: Chunk) -> bool:
-    return a.path == b.path and a.line < b.line + CHUNK_LINES and b.line < a.line + CHUNK_LINES
+def _runs(lines: list[int]) -> list[tuple[int, int]]:
+    """[start, end) ranges of consecutive line numbers."""
+    runs: list[tuple[int, int]] = []
+    for i in lines:
+        if runs and runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    return runs

@@ -54,6 +54,15 @@ def test_the_budget_keeps_the_likest_pieces() -> None:
     assert [p for p, _ in got] == ["z_stock.py"]
 
 
+def test_overlapping_windows_of_a_file_are_merged_into_one_piece() -> None:
+    """A file of 40 lines is two windows that overlap: kept both, it is one piece, each
+    line once (never cut where two windows meet)."""
+    text = LIBRARY + "".join(f"keep_fraction_{i} = write_off_value\n" for i in range(34))
+    assert text.count("\n") > CHUNK_LINES
+    (piece,) = select([("stock.py", text)], PREFIX, SUFFIX, 10_000)
+    assert piece == ("stock.py", text)
+
+
 def test_chunks_are_overlapping_windows_of_a_few_dozen_lines() -> None:
     text = "".join(f"line_{i} = {i}\n" for i in range(70))
     chunks = chunks_of("big.py", text)
