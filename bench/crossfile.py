@@ -21,6 +21,7 @@ deadline on a busy machine lets it write.
 Never asserted in tests.
 
     python bench/crossfile.py --model .weights-cache/qwen2.5-coder-0.5b-int8
+    python bench/crossfile.py --model .weights-cache/qwen2.5-coder-0.5b-int8 --keystrokes 16
 """
 
 from __future__ import annotations
@@ -180,6 +181,43 @@ async def _ask(client: Any, uri: str, line: int, col: int, timeout_s: float) -> 
         return None
 
 
+def keystroke_costs(model: Path | None, cases: list[Case], tokens: int) -> dict[str, Any]:
+    """In-process, the same work with and without repository context: for each case, a fill
+    at the cut (the context encoded), then the first character of the right fill typed and
+    a fill of exactly `tokens` tokens timed (end-of-fill barred before, no span to stop
+    it): what a keystroke costs once the context is warm, whatever the fills say."""
+    from dataclasses import replace
+
+    from engine.denoisers.loading import load_model
+    from engine.fill import FillOptions, InfillRequest
+    from engine.local.generator import local_engine
+    from engine.repository import select
+
+    loaded = load_model(model)
+    out: dict[str, Any] = {"tokens": tokens}
+    for mode in ("off", "on"):
+        engine = local_engine(loaded, FillOptions(canvas_tokens=tokens))
+        times, reused = [], []
+        for c in cases:
+            project = FIXTURES / c.project
+            others = [(p.name, p.read_text(encoding="utf-8")) for p in sorted(project.iterdir()) if p.name != c.file]
+            prefix, suffix = c.text[: c.at], c.text[c.at :]
+            pieces = select(others, prefix, suffix, engine.repository_chars(), c.file) if mode == "on" else []
+            req = InfillRequest(prefix, suffix, None, extra_files=pieces, repository=c.project, path=c.file)
+            engine.fill(replace(req, min_tokens=tokens))
+            typed = replace(req, prefix=prefix + c.want[0], min_tokens=tokens)
+            t = time.perf_counter()
+            r = engine.fill(typed)
+            times.append((time.perf_counter() - t) * 1000)
+            reused.append(r.reused_tokens / max(r.context_tokens, 1))
+        out[f"context_{mode}"] = {
+            "p50_ms": round(statistics.median(times), 1),
+            "reused_share_p50": round(statistics.median(reused), 4),
+        }
+    out["ratio"] = round(out["context_on"]["p50_ms"] / out["context_off"]["p50_ms"], 3)
+    return out
+
+
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     def of(group: list[dict[str, Any]]) -> dict[str, Any]:
         if not group:
@@ -201,9 +239,20 @@ def main() -> int:
     p.add_argument("--settings", type=json.loads, default={}, help="diffusionLsp settings (JSON)")
     p.add_argument("--timeout-s", type=float, default=60.0)
     p.add_argument("--only", choices=("off", "on"), help="one run only")
+    p.add_argument(
+        "--keystrokes",
+        type=int,
+        metavar="TOKENS",
+        help="measure a keystroke's fill of TOKENS tokens in-process instead",
+    )
     args = p.parse_args()
     settings = {**({"model": str(args.model)} if args.model else {}), "deadlineMs": 30000, **args.settings}
     cases = cut_cases()
+    if args.keystrokes:
+        costs = {"when": time.strftime("%Y-%m-%d %H:%M"), "model": str(args.model), "cases": len(cases)}
+        json.dump({**costs, **keystroke_costs(args.model, cases, args.keystrokes)}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
     report: dict[str, Any] = {
         "when": time.strftime("%Y-%m-%d %H:%M"),
         "model": str(args.model) if args.model else None,
