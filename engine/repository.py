@@ -8,7 +8,8 @@ and keeps the ones most like the code around the cursor, within a character budg
 - likeness is the Jaccard index of the two sets of identifiers (as Copilot's neighbouring
   tabs and Cody's local context measure it), with a bonus for a window that defines a name
   used near the cursor (`def`/`class`/`function`/`func`/a top-level assignment of it): the
-  definition is what a fill that calls it needs;
+  definition is what a fill that calls it needs; and one for a window that holds a line
+  the developer edited lately, in any open document (what they are working on);
 - windows that repeat the code around the cursor are left out (a model shown the text it
   is writing copies it: llama.vim's finding), and windows of the current file too;
 - a window that overlaps one already kept adds only its new lines (to the budget, too), and
@@ -31,6 +32,7 @@ CHUNK_LINES = 30  # a window of this many lines
 CHUNK_STEP = 15  # windows start this many lines apart (they overlap by half)
 AROUND_LINES = 20  # the lines before the cursor (and after it, half as many) a window is compared with
 DEFINITION_BONUS = 0.25  # added to the likeness of a window that defines a name used near the cursor
+RECENT_BONUS = 0.25  # ... and of a window holding a line the developer edited lately
 REPEATS = 0.8  # a window this like the code around the cursor repeats it: left out
 MIN_LIKENESS = 0.02  # a window less like it than this is no help
 KEYWORDS = frozenset(
@@ -139,11 +141,17 @@ def around(prefix: str, suffix: str) -> str:
 
 
 def select(
-    files: Sequence[tuple[str, str]], prefix: str, suffix: str, budget_chars: int, current: str | None = None
+    files: Sequence[tuple[str, str]],
+    prefix: str,
+    suffix: str,
+    budget_chars: int,
+    current: str | None = None,
+    recent: Sequence[tuple[str, int]] = (),
 ) -> list[tuple[str, str]]:
     """(path, text) windows of `files` for a fill between `prefix` and `suffix`: the most
     like the code around the cursor first, until `budget_chars`; returned by path and line
-    (see the module). `current`: the current file's path (its own windows are not context)."""
+    (see the module). `current`: the current file's path (its own windows are not context).
+    `recent`: (path, line) of lines edited lately: their windows get RECENT_BONUS."""
     near = around(prefix, suffix)
     near_ids = identifiers(near)
     used = identifiers(prefix[-2000:]) | identifiers(suffix[:500])
@@ -163,7 +171,9 @@ def select(
             defined = {m.group(1) or m.group(2) for m in _DEFINES.finditer(chunk.text)}
             if defined & used:
                 likeness += DEFINITION_BONUS
-            if likeness >= MIN_LIKENESS:
+            if any(p == chunk.path and chunk.line <= n < chunk.line + CHUNK_LINES for p, n in recent):
+                likeness += RECENT_BONUS
+            if likeness >= MIN_LIKENESS:  # (a recent edit alone is enough)
                 scored.append((likeness, chunk))
     scored.sort(key=lambda s: (-s[0], s[1].path, s[1].line))
     lines_of = {path: text.splitlines(keepends=True) for path, text in files}

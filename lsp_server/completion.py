@@ -163,8 +163,18 @@ def _repository(ls: DiffusionServer, doc: TextDocument, prefix: str, suffix: str
         return out
 
     line = prefix.count("\n")
-    pieces = ls.fills.pieces(doc.uri, line, files, prefix, suffix, current)
+    pieces = ls.fills.pieces(doc.uri, line, files, prefix, suffix, current, _recent(ls, doc))
     return {"extra_files": pieces, "repository": folder.name if folder is not None else "", "path": current}
+
+
+def _recent(ls: DiffusionServer, doc: TextDocument) -> list[tuple[str, int]]:
+    """(path, line) of the last edit in each other open document (lsp_server/history.py)."""
+    out = []
+    for other in list(ls.workspace.text_documents.values()):
+        last = ls.fills.last_edit(other.uri, other.source) if other.uri != doc.uri else None
+        if last is not None:
+            out.append((_shown_path(ls, other.uri), other.source.count("\n", 0, last.start)))
+    return out
 
 
 def _shown_path(ls: DiffusionServer, uri: str) -> str:

@@ -40,6 +40,12 @@ def test_what_is_left_out(files: list[tuple[str, str]], current: str | None, bud
     assert [p for p, _ in select(files, PREFIX, SUFFIX, budget, current)] == want
 
 
+def test_a_window_edited_lately_is_chosen_even_when_it_is_unlike_the_cursor_s_code() -> None:
+    assert select([("banner.py", UNRELATED)], PREFIX, SUFFIX, 10_000) == []
+    got = select([("banner.py", UNRELATED)], PREFIX, SUFFIX, 10_000, recent=[("banner.py", 1)])
+    assert got == [("banner.py", UNRELATED)]
+
+
 def test_the_chosen_pieces_come_by_path_and_line_whatever_their_scores() -> None:
     """The same set of pieces is the same sequence of tokens (the cache stays valid)."""
     weak = "def loss_total(lines):\n    return len(lines)\n"  # a little like the cursor's code
