@@ -39,6 +39,7 @@ async def inline_completion(
     """Ghost text: one candidate while typing (Automatic, debounced), `alternatives` when
     asked (Invoked, or the first request after diffusion.suggestNow)."""
     require(params, types.InlineCompletionParams)
+    await ls.fills.wait_ready()  # the engine decides what the request carries (repository context)
     uri, settings = params.text_document.uri, ls.fills.settings
     invoked = ls.fills.take_ask(uri) or params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
     candidates = settings.alternatives if invoked else 1
@@ -55,6 +56,7 @@ async def inline_completion(
 async def completion(ls: DiffusionServer, params: types.CompletionParams) -> types.CompletionList | None:
     """The fill as a completion item, for clients without inline completion."""
     require(params, types.CompletionParams)
+    await ls.fills.wait_ready()
     at = cursor(ls, params.text_document.uri, params.position)
     if at is None:
         return None
