@@ -159,13 +159,13 @@ def _repository(ls: DiffusionServer, doc: TextDocument, prefix: str, suffix: str
                 out.append((_shown_path(ls, other.uri), other.source))
         if path is not None:
             for imported in ls.fills.repository.imported(path, doc.source, language(doc).name):
-                text = ls.fills.repository.read(imported)
-                if text is not None and not any(p == _shown_path(ls, imported.as_uri()) for p, _ in out):
-                    out.append((_shown_path(ls, imported.as_uri()), text))
+                text, shown = ls.fills.repository.read(imported), _shown_path(ls, imported.as_uri())
+                if text is not None and shown not in {p for p, _ in out}:  # not an open document already
+                    out.append((shown, text))
         return out
 
     line = prefix.count("\n")
-    pieces = ls.fills.pieces(doc.uri, line, files, prefix, suffix, current, _recent(ls, doc))
+    pieces = ls.fills.pieces(doc.uri, line, files, prefix, suffix, current, lambda: _recent(ls, doc))
     return {"extra_files": pieces, "repository": folder.name if folder is not None else "", "path": current}
 
 

@@ -233,19 +233,20 @@ class FillService:
         prefix: str,
         suffix: str,
         current: str,
-        recent: list[tuple[str, int]] | None = None,
+        recent: Callable[[], list[tuple[str, int]]] | None = None,
     ) -> list[tuple[str, str]]:
         """The repository context for a fill on `line` of the document: the block chosen
         before while the cursor is still on that line (and for REBUILD_S at most), else the
-        pieces of `files()` engine.repository.select chooses now (`recent`: lines edited
-        lately in other documents)."""
+        pieces of `files()` engine.repository.select chooses now (`recent()`: lines edited
+        lately in other documents; both asked only then, not on every keystroke)."""
         record = self.document(uri)
         block, now = record.context, time.monotonic()
         if block is not None and block.line == line and now - block.made < REBUILD_S:
             return block.pieces
         engine = self.engine
         budget = engine.repository_chars() if engine is not None else 0
-        chosen = select(files(), prefix, suffix, budget, current, recent or []) if budget > 0 else []
+        lately = recent() if recent is not None else []
+        chosen = select(files(), prefix, suffix, budget, current, lately) if budget > 0 else []
         record.context = ContextBlock(line, chosen, now)
         return chosen
 
