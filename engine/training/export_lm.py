@@ -44,6 +44,7 @@ import torch
 from torch import nn
 
 from engine.denoisers.onnx import kv_names
+from engine.export.quantize import ACCURACY_LEVEL, BLOCK_SIZE, PREFIX, IntegerProducts
 from engine.errors import ModelLoadError
 from engine.models.directory import CONFIG_FILE, GENERATION_FILE, LM_GRAPH_FILE, TOKENIZER_FILE, read_config, require
 from engine.models.table import EXPORTED, ONNX_LM_MODEL_TYPE
@@ -55,14 +56,8 @@ QUANTIZE = ("int4", "int8", "none")
 # integer products with a scale per token, the down projections among them. `pull` exports
 # a model again where its export is older (engine/commands/pull.py)
 EXPORT_VERSION = 3
-BLOCK_SIZE = 32  # weights per quantization block (onnxruntime's MatMulNBits)
-ACCURACY_LEVEL = 4  # MatMulNBits: activations quantized to int8 for the arithmetic (fast on AVX2)
 # int8's products that stay MatMulNBits (by the traced module name: LMGraph's `head`)
 INTEGER_KEEPS = re.compile(r"^/head/")
-# int8's integer products: weights in [-63, 63] (7 bits), as the u8-by-s8 product of x86
-# CPUs without VNNI adds two products in 16 bits and saturates on 8 (onnxruntime's
-# `reduce_range`); with 8 bits, measured on a VNNI CPU, the held-out eval was no better
-WEIGHT_LEVELS = 63
 
 
 class LMGraph(nn.Module):
@@ -252,68 +247,27 @@ def _write_graph(plain: Path, dest: Path, quantize: str) -> None:
 
 def _integer_products(model: Any, keep: re.Pattern[str]) -> None:
     """Put `model`'s weight products (MatMul by a 2-D initializer), except those whose node
-    name `keep` matches, in integer arithmetic, in place: the weights in int8 per output
-    column (7 bits: AVX2's u8-by-s8 product saturates on 8), each token's activations
-    quantized to u8 by its own scale (its largest magnitude over 127, zero point 128), the
-    int32 products back to float32 by both scales. onnxruntime's dynamic quantization takes
-    one scale for the whole chunk, so that one token's outlier costs every other token its
-    precision, and a token's result depended on the chunk it was encoded in; per token, it
-    does neither. The products of one input (q, k and v; gate and up) share its
-    quantization."""
-    from onnx import TensorProto, helper, numpy_helper
+    name `keep` matches, in integer arithmetic, in place (engine/export/quantize.py)."""
+    from onnx import numpy_helper
 
     g = model.graph
     weights = {t.name: t for t in g.initializer}
-    consts = [
-        numpy_helper.from_array(np.array(1e-8, np.float32), "pt/eps"),
-        numpy_helper.from_array(np.array(1 / 127, np.float32), "pt/inv127"),
-        numpy_helper.from_array(np.array(1.0, np.float32), "pt/one"),
-        numpy_helper.from_array(np.array(128, np.uint8), "pt/zp"),
-    ]
     taken = {n for node in g.node for n in [*node.input, *node.output]} | set(weights)
-    if any(n.startswith("pt/") for n in taken):
-        raise ModelLoadError("the graph already has names starting with pt/: not quantized twice")
+    if any(n.startswith(PREFIX) for n in taken):
+        raise ModelLoadError(f"the graph already has names starting with {PREFIX}: not quantized twice")
+    consts: list[Any] = []
+    products = IntegerProducts(lambda name, array: consts.append(numpy_helper.from_array(array, name)))
     nodes: list[Any] = []
-    quantized: dict[str, tuple[str, str]] = {}  # input -> (its u8 tokens, their scales (..., 1))
-    levels_of: dict[str, str] = {}  # a weight -> its int8 levels' prefix (one copy when two products share it)
     for node in g.node:
         w = weights.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) == 2 else None
         if w is None or len(w.dims) != 2 or keep.search(node.name):
             nodes.append(node)
             continue
-        x = node.input[0]
-        if x not in quantized:
-            p = f"pt/{len(quantized)}/"
-            nodes += [
-                helper.make_node("Abs", [x], [p + "abs"]),
-                helper.make_node("ReduceMax", [p + "abs"], [p + "max"], name=p + "max", axes=[-1], keepdims=1),
-                helper.make_node("Max", [p + "max", "pt/eps"], [p + "max1"]),
-                helper.make_node("Mul", [p + "max1", "pt/inv127"], [p + "scale"]),
-                helper.make_node("Div", [x, p + "scale"], [p + "unit"]),
-                helper.make_node("QuantizeLinear", [p + "unit", "pt/one", "pt/zp"], [p + "u8"]),
-            ]
-            quantized[x] = (p + "u8", p + "scale")
-        u8, scale = quantized[x]
-        if w.name not in levels_of:
-            levels_of[w.name] = q = f"pt/w{len(levels_of)}/"
-            dense = numpy_helper.to_array(w).astype(np.float32)  # (K, N)
-            column = np.maximum(np.abs(dense).max(axis=0), 1e-12) / WEIGHT_LEVELS
-            levels = np.clip(np.round(dense / column), -WEIGHT_LEVELS, WEIGHT_LEVELS).astype(np.int8)
-            consts += [
-                numpy_helper.from_array(levels, q + "w"),
-                numpy_helper.from_array(column.astype(np.float32), q + "wscale"),
-            ]
-        q = levels_of[w.name]
-        p = f"pt/p{len(nodes)}/"  # unique: nodes grows with every product
-        nodes += [
-            helper.make_node("MatMulInteger", [u8, q + "w", "pt/zp"], [p + "i32"]),
-            helper.make_node("Cast", [p + "i32"], [p + "f"], to=TensorProto.FLOAT),
-            helper.make_node("Mul", [p + "f", scale], [p + "tokens"]),
-            helper.make_node("Mul", [p + "tokens", q + "wscale"], [node.output[0]]),
-        ]
+        levels = products.weight(w.name, lambda: numpy_helper.to_array(w))  # noqa: B023 (called at once)
+        products.product(nodes, node.input[0], levels, node.output[0])
     read = {name for n in nodes for name in n.input}  # a float weight another node reads stays (a tied head)
     left = [t for t in g.initializer if t.name in read]
     del g.initializer[:]
-    g.initializer.extend([*left, *consts])
+    g.initializer.extend([*left, *consts, *products.constants()])
     del g.node[:]
     g.node.extend(nodes)

@@ -1,0 +1,239 @@
+"""A GGUF file of a Qwen2 or Llama model, read with the `gguf` package (numpy only): its
+configuration as a transformers config.json would say it, its byte-level BPE tokenizer as a
+tokenizer.json, and its weights one tensor at a time, dequantized to float32 (F32, F16,
+BF16, Q8_0, Q5_0, Q5_1, Q4_0, Q4_1 and the K-quants: whatever `gguf.quants` dequantizes).
+
+The file is memory-mapped and only read: no code from it or from its source runs. A tensor
+is dequantized when asked for and not kept, so a whole model is never in memory at once.
+
+llama.cpp's converter writes a Llama model's q and k projections with the rows of each head
+permuted for its rotary embedding (pairs interleaved); they are permuted back here, so the
+weights are the transformers model's. Qwen2's are written as they are.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.errors import ModelLoadError
+from engine.models.table import GGUF_ARCHITECTURES
+
+# the pre-tokenizer splits of the byte-level vocabularies read here (tokenizer.ggml.pre):
+# each vocabulary's merges were learned on text split this way
+_QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+SPLITS = {
+    "qwen2": _QWEN2_SPLIT,
+    "deepseek-r1-qwen": _QWEN2_SPLIT,
+    "llama3": _LLAMA3_SPLIT,
+    "llama-v3": _LLAMA3_SPLIT,
+    "llama-bpe": _LLAMA3_SPLIT,
+    "smaug-bpe": _LLAMA3_SPLIT,
+}
+CONTROL, USER_DEFINED = 3, 4  # llama.cpp's token types: special tokens, and added plain ones
+_PLACEHOLDER = re.compile(r"\[PAD\d+\]")  # llama.cpp's names for the rows past a tokenizer's vocabulary
+
+
+def byte_alphabet() -> dict[int, str]:
+    """GPT-2's printable spelling of the 256 bytes, in which byte-level vocabularies are written."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    spelling = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in spelling:
+            spelling[b] = chr(256 + extra)
+            extra += 1
+    return spelling
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    shape: tuple[int, ...]  # as numpy has it: (rows, columns), the reverse of GGUF's order
+    kind: Any  # gguf.GGMLQuantizationType
+    data: np.ndarray  # the raw (memory-mapped) data
+
+
+class GGUFSource:
+    """One GGUF file (see the module). Raises ModelLoadError for what it cannot read."""
+
+    def __init__(self, path: Path) -> None:
+        try:
+            import gguf
+        except ImportError as exc:  # a base-install dependency: only a broken install lacks it
+            raise ModelLoadError(f"reading GGUF needs the gguf package: pip install gguf ({exc})") from exc
+        if not path.is_file():
+            raise ModelLoadError(f"GGUF file not found: {path}")
+        try:
+            self._reader = gguf.GGUFReader(str(path), "r")
+        except (ValueError, OSError, KeyError) as exc:
+            raise ModelLoadError(f"{path} is not a GGUF file gguf can read: {exc}") from exc
+        self.path = path
+        self.arch = str(self._value("general.architecture", ""))
+        if self.arch not in GGUF_ARCHITECTURES:
+            raise ModelLoadError(
+                f"{path} holds a {self.arch!r} model; a GGUF export takes {', '.join(GGUF_ARCHITECTURES)}"
+            )
+        self._tensors = {
+            t.name: _Tensor(tuple(int(d) for d in reversed(t.shape)), t.tensor_type, t.data)
+            for t in self._reader.tensors
+        }
+
+    # -- metadata ------------------------------------------------------------------
+
+    def _value(self, key: str, default: Any = None) -> Any:
+        field = self._reader.fields.get(key)
+        return default if field is None else field.contents()
+
+    def _arch_value(self, key: str, default: Any = None) -> Any:
+        return self._value(f"{self.arch}.{key}", default)
+
+    @cached_property
+    def tokens(self) -> list[str]:
+        tokens = self._value("tokenizer.ggml.tokens")
+        if not tokens:
+            raise ModelLoadError(f"{self.path} has no tokenizer (tokenizer.ggml.tokens)")
+        return [str(t) for t in tokens]
+
+    @cached_property
+    def config(self) -> dict[str, Any]:
+        """config.json as transformers writes it for this model (the keys the engine reads),
+        with `mask_token_id` (see `mask_row`) and `vocab_size` counting the row added for it."""
+        heads = int(self._arch_value("attention.head_count"))
+        width = int(self._arch_value("embedding_length"))
+        scaling = self._arch_value("rope.scaling.type")
+        if scaling not in (None, "none"):
+            raise ModelLoadError(f"{self.path}: rotary embedding scaling {scaling!r} is not exported yet")
+        rows = self.shape("token_embd.weight")[0]
+        mask = self.mask_row(rows)
+        cfg: dict[str, Any] = {
+            "model_type": self.arch,
+            "architectures": ["Qwen2ForCausalLM" if self.arch == "qwen2" else "LlamaForCausalLM"],
+            "vocab_size": rows if mask < rows else rows + 1,
+            "hidden_size": width,
+            "intermediate_size": int(self._arch_value("feed_forward_length")),
+            "num_hidden_layers": int(self._arch_value("block_count")),
+            "num_attention_heads": heads,
+            "num_key_value_heads": int(self._arch_value("attention.head_count_kv", heads)),
+            "head_dim": int(self._arch_value("attention.key_length", width // heads)),
+            "hidden_act": "silu",
+            "max_position_embeddings": int(self._arch_value("context_length", 4096)),
+            "rms_norm_eps": float(self._arch_value("attention.layer_norm_rms_epsilon", 1e-6)),
+            "rope_parameters": {
+                "rope_theta": float(self._arch_value("rope.freq_base", 10000.0)),
+                "rope_type": "default",
+            },
+            "tie_word_embeddings": "output.weight" not in self._tensors,
+            "mask_token_id": mask,
+        }
+        for name, key in (("bos", "bos_token_id"), ("eos", "eos_token_id"), ("pad", "padding_token_id")):
+            value = self._value(f"tokenizer.ggml.{key}")
+            if value is not None:
+                cfg[f"{name}_token_id"] = int(value)
+        if "eos_token_id" not in cfg:
+            raise ModelLoadError(f"{self.path} names no end-of-text token (tokenizer.ggml.eos_token_id)")
+        name = self._value("general.name")
+        if name:
+            cfg["_model_name_or_path"] = str(name)
+        return cfg
+
+    def mask_row(self, rows: int) -> int:
+        """The row a canvas mask takes (as convert-gguf chooses it): `<|mask|>` when the
+        vocabulary has it, else the first row it never produces (llama.cpp names those
+        [PADn]), else a new row past the last (`rows`), added by the export."""
+        if "<|mask|>" in self.tokens:
+            return self.tokens.index("<|mask|>")
+        placeholders = [i for i, t in enumerate(self.tokens) if _PLACEHOLDER.fullmatch(t)]
+        if placeholders:
+            return min(placeholders)
+        return len(self.tokens) if len(self.tokens) < rows else rows
+
+    # -- the tokenizer -------------------------------------------------------------
+
+    def tokenizer(self) -> Any:
+        """The tokenizers.Tokenizer of a byte-level BPE vocabulary (tokenizer.ggml.model
+        "gpt2": Qwen2, Llama 3), with the file's control tokens as special tokens."""
+        from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+
+        kind = self._value("tokenizer.ggml.model")
+        if kind != "gpt2":
+            raise ModelLoadError(
+                f"{self.path} has a {kind!r} tokenizer; the export without torch reads byte-level BPE ('gpt2') "
+                "only: convert this file with `diffusion-infill convert-gguf` (needs the torch extra)"
+            )
+        spelling = byte_alphabet()
+        alphabet = set(spelling.values())
+        vocab = {
+            t if set(t) <= alphabet else "".join(spelling[b] for b in t.encode("utf-8")): i
+            for i, t in enumerate(self.tokens)
+        }
+        merges = [tuple(m.split(" ", 1)) for m in self._value("tokenizer.ggml.merges", [])]
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
+        split = SPLITS.get(str(self._value("tokenizer.ggml.pre", "")))
+        if split is None:  # GPT-2's own split, as transformers' GPT2Tokenizer
+            tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        else:
+            tok.pre_tokenizer = pre_tokenizers.Sequence(
+                [
+                    pre_tokenizers.Split(Regex(split), behavior="isolated"),
+                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+                ]
+            )
+        tok.decoder = decoders.ByteLevel()
+        types = list(self._value("tokenizer.ggml.token_type", []) or [])
+        control = [t for t, k in zip(self.tokens, types, strict=False) if k == CONTROL and set(t) <= alphabet]
+        user = [t for t, k in zip(self.tokens, types, strict=False) if k == USER_DEFINED and t in vocab]
+        tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in control])
+        tok.add_tokens([AddedToken(t, normalized=False, special=False) for t in user])
+        return tok
+
+    # -- the weights ---------------------------------------------------------------
+
+    def has(self, name: str) -> bool:
+        return name in self._tensors
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        try:
+            return self._tensors[name].shape
+        except KeyError:
+            raise ModelLoadError(f"{self.path} has no tensor {name}") from None
+
+    def tensor(self, name: str, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """The tensor `name` (llama.cpp's name: blk.0.attn_q.weight) in float32, a matrix as
+        transformers has it (out, in), or its rows `start:stop` only (a large matrix is read
+        in parts); a Llama model's q and k rows in transformers' order."""
+        from gguf import quants
+
+        t = self._tensors.get(name)
+        if t is None:
+            raise ModelLoadError(f"{self.path} has no tensor {name}")
+        rows = t.data[start:stop] if len(t.shape) > 1 else t.data
+        shape = (rows.shape[0], *t.shape[1:]) if len(t.shape) > 1 else t.shape
+        try:
+            dense = np.asarray(quants.dequantize(rows, t.kind), dtype=np.float32).reshape(shape)
+        except NotImplementedError as exc:
+            raise ModelLoadError(f"{self.path}: {name} is of type {t.kind.name}, which gguf cannot dequantize") from exc
+        if self.arch == "llama" and (".attn_q." in name or ".attn_k." in name):
+            if (start, stop) != (0, None):
+                raise ModelLoadError(f"{name} is read whole")  # its rows are permuted by head
+            kv = ".attn_k." in name
+            dense = unpermute(dense, self.config["num_key_value_heads" if kv else "num_attention_heads"])
+        return dense
+
+
+def unpermute(w: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's rotary permutation of a Llama q or k projection's rows, undone: each
+    head's rows (pairs interleaved there) back to halves."""
+    shape = w.shape
+    return w.reshape(heads, shape[0] // heads // 2, 2, *shape[1:]).swapaxes(1, 2).reshape(shape)
