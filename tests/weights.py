@@ -75,7 +75,8 @@ def export_qwen_coder_int8(source: Path) -> Path:
     """The checkpoint exported for the onnx backend in 8 bits (about a minute and 8.4 GB of
     memory here); kept when present (config.json is written last) and of the exporter's
     graph version (an older one is exported again, so the tests run today's graph)."""
-    from engine.training.export_lm import EXPORT_VERSION, export_lm, export_version
+    from engine.export.graph import EXPORT_VERSION, export_version
+    from engine.training.export_lm import export_lm
 
     out = CACHE / QWEN_INT8_DIR
     if export_version(out) == EXPORT_VERSION:

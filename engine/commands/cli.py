@@ -5,7 +5,8 @@ live beside the code they drive and are imported only when they run, so that a f
 nothing of training or evaluation (tests/engine/test_cli.py checks):
 
     bench, eval          engine/evaluation/cli.py
-    train, export-onnx   engine/training/cli.py (they need torch)
+    train, export-onnx   engine/training/cli.py (they need torch; export-onnx of a GGUF file
+                         does not: engine/export/)
     adapt                engine/training/adapt.py (torch, transformers)
     pull                 engine/commands/pull.py (huggingface_hub; the only command that downloads)
     convert-gguf         engine/commands/convert.py (torch, transformers, gguf)
@@ -490,7 +491,8 @@ def build_parser() -> argparse.ArgumentParser:
         "export-onnx",
         parents=[common],
         help="write the ONNX graphs for a model's safetensors: the embedded model's next to them, a checkpoint's "
-        f"({', '.join(EXPORTED)}) as a new model directory the base install runs (backend onnx)",
+        f"({', '.join(EXPORTED)}) as a new model directory the base install runs (backend onnx); --model FILE.gguf "
+        "(Qwen2 or Llama) does the same without torch",
     )
     x.add_argument("--out", type=Path, help="where to write (the embedded model: its own directory by default)")
     x.add_argument(
@@ -528,6 +530,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"then export a checkpoint ({', '.join(EXPORTED)}) for the base install at 8 bits (the default) or 4 into "
         "DIR-int8 (or -int4) and time it here, so the language server can choose it (needs the torch extra); "
         "none: the checkpoint only",
+    )
+    pl.add_argument(
+        "--quant",
+        default="q8_0",
+        metavar="TYPE",
+        help="for a repo of GGUF files: the one of this type, by its name (q8_0, the default; q4_k_m, f16...)",
     )
     pl.set_defaults(func=_lazy("engine.commands.pull", "cmd_pull"))
 

@@ -7,18 +7,23 @@ read local directories only (engine/denoisers/loading.py). A pull, in order:
 1. lists the repo's files with their sizes at the revision, and pins its commit;
 2. keeps config.json, generation_config.json, the tokenizer files, the safetensors weights
    (and their index) and the licence and readme text; never pickles (.bin, .pt, .pth,
-   .ckpt) or code (.py). A repo without safetensors is refused;
+   .ckpt) or code (.py). A repo without safetensors but with GGUF files (the model's owners
+   publish them: Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF) gives the one of `--quant`'s type
+   (q8_0 by default). A repo with neither is refused;
 3. reads config.json and checks that the model_type is one the engine loads (--force
-   pulls another anyway);
+   pulls another anyway); a GGUF file says its architecture in its header, read by the
+   export;
 4. says the size and the destination on stderr, and checks the free disk space;
 5. downloads the files one by one with huggingface_hub (a progress bar each): files already
    complete are kept, so the same command again resumes an interrupted pull, and a dropped
    connection is resumed where it broke. The files come one at a time in this thread so
    that Ctrl-C stops at once (snapshot_download's thread pool waits for the files in flight);
-6. checks every file arrived whole;
-7. for a Qwen2, Llama or Dream checkpoint, unless `--ready none`: exports it for the base
-   install at 8 bits (`--ready int4`: 4) into `<dir>-int8` and times it on this machine,
-   so that the language server, its `model` setting left empty, can choose it;
+6. checks every file arrived whole, and a GGUF file's sha256 against the Hub's listing;
+7. for a Qwen2, Llama or Dream checkpoint, or a Qwen2 or Llama GGUF file, unless
+   `--ready none`: exports it for the base install at 8 bits (`--ready int4`: 4) into
+   `<dir>-int8` and times it on this machine, so that the language server, its `model`
+   setting left empty, can choose it. A GGUF file needs no torch (engine/export/); a
+   checkpoint does;
 8. prints the directory to use on stdout (the export, where there is one):
    `--model "$(diffusion-infill pull REPO_ID)"` works.
 
@@ -49,6 +54,7 @@ from engine.models.folder import models_folder
 from engine.models.table import EXPORTED, PULLED, described
 
 READY_TYPES = EXPORTED  # exported and timed after a pull (--ready): what export-onnx takes
+GGUF_KIND = "Qwen2 or Llama, exported without torch"
 
 CONFIG_FILE = "config.json"
 WEIGHTS_SUFFIX = ".safetensors"
@@ -67,6 +73,10 @@ CHECKPOINT_FILES = frozenset(
         "README.md",
     }
 )
+GGUF_SUFFIX = ".gguf"
+DEFAULT_GGUF_TYPE = "q8_0"  # the GGUF file pulled by default: 8 bits, as the export's own products
+_GGUF_TYPE = re.compile(r"[-.]((?:i?q\d\w*?)|f16|bf16|f32)(?:-\d{5}-of-\d{5})?\.gguf$", re.IGNORECASE)
+_SPLIT = re.compile(r"-\d{5}-of-\d{5}\.gguf$")
 NOTICE_PREFIXES = ("LICENSE", "LICENCE", "NOTICE")  # licence texts: LICENSE, LICENSE.txt, NOTICE.md...
 NOTICE_SUFFIXES = ("", ".txt", ".md")
 STALE_PARTIAL_S = 600  # a partial download untouched this long is left over from a killed pull
@@ -84,6 +94,7 @@ class PullError(EngineError):
 class RemoteFile:
     name: str  # path in the repo
     size: int | None  # bytes; None when the server does not say
+    sha256: str | None = None  # a large (LFS) file's, as the Hub lists it
 
 
 @dataclass(frozen=True)
@@ -124,15 +135,41 @@ def is_wanted(name: str) -> bool:
     return stem.upper().startswith(NOTICE_PREFIXES) and (dot + suffix).lower() in NOTICE_SUFFIXES
 
 
-def choose_files(listing: Listing) -> list[RemoteFile]:
-    """The files to pull, config and tokenizer first and the weights last; a repo without
-    safetensors weights is refused."""
+def choose_files(listing: Listing, quant: str = DEFAULT_GGUF_TYPE) -> list[RemoteFile]:
+    """The files to pull, config and tokenizer first and the weights last: the safetensors
+    weights, else the one GGUF file of type `quant` (`choose_gguf`); a repo with neither is
+    refused."""
     chosen = [f for f in listing.files if is_wanted(f.name)]
     if not any(f.name.endswith(WEIGHTS_SUFFIX) for f in chosen):
+        ggufs = [f for f in listing.files if f.name.endswith(GGUF_SUFFIX) and "/" not in f.name]
+        if ggufs:
+            return [*sorted(chosen, key=lambda f: f.name), choose_gguf(listing.repo_id, ggufs, quant)]
         others = sorted({Path(f.name).suffix for f in listing.files if Path(f.name).suffix in (".bin", ".pt", ".pth")})
         found = f" (it has {', '.join(others)} weights, which are pickles and never loaded)" if others else ""
-        raise PullError(f"{listing.repo_id} has no safetensors weights{found}: nothing diffusion-lsp can load")
+        raise PullError(f"{listing.repo_id} has no safetensors or GGUF weights{found}: nothing diffusion-lsp can load")
     return sorted(chosen, key=lambda f: (f.name.endswith(WEIGHTS_SUFFIX), f.name))
+
+
+def gguf_type(name: str) -> str | None:
+    """The quantization type a GGUF file's name ends with (`...-q8_0.gguf` -> q8_0), in lower case."""
+    m = _GGUF_TYPE.search(name)
+    return m.group(1).lower() if m else None
+
+
+def choose_gguf(repo_id: str, files: Sequence[RemoteFile], quant: str) -> RemoteFile:
+    """The one GGUF file of type `quant`; a PullError that lists the types there when there
+    is none, and refuses a model split over several files."""
+    matching = [f for f in files if gguf_type(f.name) == quant.lower()]
+    if not matching:
+        types = sorted({t for f in files if (t := gguf_type(f.name))})
+        raise PullError(
+            f"{repo_id} has no {quant} GGUF file; it has {', '.join(types) or 'none of a known type'} "
+            "(choose one with --quant)"
+        )
+    whole = [f for f in matching if not _SPLIT.search(f.name)]
+    if not whole:
+        raise PullError(f"{repo_id}'s {quant} model is split over several files, which the export does not read yet")
+    return min(whole, key=lambda f: len(f.name))
 
 
 def family(config: Mapping[str, Any] | None, repo_id: str, force: bool) -> str:
@@ -210,8 +247,8 @@ def remove_stale_partials(dest: Path, now: float | None = None) -> int:
 def require_hub() -> None:
     try:
         import huggingface_hub  # noqa: F401
-    except ImportError:
-        raise PullError("pull needs huggingface_hub: pip install 'diffusion-lsp[torch]'") from None
+    except ImportError:  # a base-install dependency: only a broken install lacks it
+        raise PullError("pull needs huggingface_hub: pip install huggingface_hub") from None
 
 
 def hub_endpoint() -> str:
@@ -229,7 +266,7 @@ def list_files(repo_id: str, revision: str | None, endpoint: str) -> Listing:
     info = HfApi(endpoint=endpoint).model_info(repo_id, revision=revision, files_metadata=True)
     if info.siblings is None:
         raise PullError(f"{endpoint} listed no files for {repo_id}")
-    files = tuple(RemoteFile(s.rfilename, s.size) for s in info.siblings)
+    files = tuple(RemoteFile(s.rfilename, s.size, getattr(s.lfs, "sha256", None)) for s in info.siblings)
     return Listing(repo_id, info.sha or revision or "main", files)
 
 
@@ -333,16 +370,28 @@ def download(listing: Listing, files: Sequence[RemoteFile], dest: Path, endpoint
     broken = [f.name for f in files if not is_complete(dest, f)]
     if broken:
         raise PullError(f"{', '.join(broken)} did not arrive whole: run the same command again to resume")
+    for f in files:
+        if f.sha256 is not None and f.name.endswith(GGUF_SUFFIX):  # one file is the whole model: checked
+            from engine.commands.convert import sha256_of
+
+            if sha256_of(dest / f.name) != f.sha256.lower():
+                (dest / f.name).unlink()
+                raise PullError(f"{f.name} does not have the sha256 the Hub lists: deleted; run the command again")
 
 
-def pull(repo_id: str, revision: str | None, models: Path, force: bool) -> Path:
-    """Steps 1-6 of the module docstring; returns the checkpoint's directory."""
+def pull(repo_id: str, revision: str | None, models: Path, force: bool, quant: str = DEFAULT_GGUF_TYPE) -> Path:
+    """Steps 1-6 of the module docstring; returns the checkpoint's directory, or the GGUF
+    file pulled."""
     endpoint = hub_endpoint()
     dest = checkpoint_dir(models, repo_id, revision)
     with user_errors(repo_id, revision, endpoint):
         listing = list_files(repo_id, revision, endpoint)
-        files = choose_files(listing)
-        kind = family(read_remote_config(listing, endpoint), repo_id, force)
+        files = choose_files(listing, quant)
+        gguf = next((f.name for f in files if f.name.endswith(GGUF_SUFFIX)), None)
+        if gguf is not None:  # the architecture is in the file's header, read once it is here
+            kind = f"GGUF file {gguf} ({GGUF_KIND})"
+        else:
+            kind = family(read_remote_config(listing, endpoint), repo_id, force)
         say(f"{repo_id} at {listing.commit[:12]} from {endpoint}: {kind}")
         missing = [f for f in files if not is_complete(dest, f)]
         have = "" if len(missing) == len(files) else f", {human_size(sum(f.size or 0 for f in missing))} still to fetch"
@@ -351,32 +400,47 @@ def pull(repo_id: str, revision: str | None, models: Path, force: bool) -> Path:
         dest.mkdir(parents=True, exist_ok=True)
         download(listing, files, dest, endpoint)
     remove_stale_partials(dest)
-    return dest
+    return dest / gguf if gguf is not None else dest
 
 
 def make_ready(dest: Path, quantize: str) -> Path:
-    """Step 7: a Qwen2, Llama or Dream checkpoint exported for the base install
-    (`export-onnx --quantize`) into `<dest>-<quantize>`, and timed on this machine
-    (`diffusion-infill models --measure`), so that the language server can choose it
-    (engine/models/folder.py). Both are kept when done before, unless the export is of an
-    older graph (export_lm.EXPORT_VERSION): then both are done again. Returns the export."""
-    try:
-        from engine.training.export_lm import EXPORT_VERSION, export_lm, export_version
-    except ImportError as exc:
-        raise PullError(
-            f"exporting needs torch: pip install 'diffusion-lsp[torch]', or pull with --ready none ({exc})"
-        ) from exc
+    """Step 7: a Qwen2, Llama or Dream checkpoint, or a Qwen2 or Llama GGUF file, exported
+    for the base install (`export-onnx --quantize`) into `<dest>-<quantize>`, and timed on
+    this machine (`diffusion-infill models --measure`), so that the language server can
+    choose it (engine/models/folder.py). Both are kept when done before, unless the export
+    is of an older graph (engine/export/graph.EXPORT_VERSION): then both are done again. A
+    GGUF file is exported with numpy alone; a checkpoint needs torch. Returns the export."""
     from engine.commands.models import measure
+    from engine.export.graph import EXPORT_VERSION, export_version
     from engine.models.folder import TIMING_FILE, machine_key, read_timing, write_timing
 
-    out = dest.with_name(f"{dest.name}-{quantize}")
+    gguf = dest if dest.suffix == GGUF_SUFFIX else None
+    # a GGUF file's export is named for its type too: a repo holds several
+    out = (
+        dest.parent.with_name(f"{dest.parent.name}-{gguf_type(dest.name)}-{quantize}")
+        if gguf
+        else dest.with_name(f"{dest.name}-{quantize}")
+    )
     if 0 < export_version(out) < EXPORT_VERSION:  # a finished export of an older graph
         say(f"{out} was exported by an older version (a slower graph): exporting it again")
         (out / CONFIG_FILE).unlink()  # first: an interrupted export is then unfinished, not old
         (out / TIMING_FILE).unlink(missing_ok=True)  # its times were the old graph's
     if not (out / CONFIG_FILE).is_file():  # written last: a finished export
-        say(f"exporting for the base install (onnxruntime, {quantize} weights) into {out}: a few minutes")
-        export_lm(dest, out, quantize)
+        if gguf is not None:
+            from engine.export.from_gguf import export_gguf
+
+            say(f"exporting {gguf.name} for the base install (onnxruntime, {quantize} weights) into {out}")
+            export_gguf(gguf, out, quantize)
+        else:
+            try:
+                from engine.training.export_lm import export_lm
+            except ImportError as exc:
+                raise PullError(
+                    f"exporting a checkpoint needs torch: pip install 'diffusion-lsp[torch]', pull its GGUF "
+                    f"repo instead, or pull with --ready none ({exc})"
+                ) from exc
+            say(f"exporting for the base install (onnxruntime, {quantize} weights) into {out}: a few minutes")
+            export_lm(dest, out, quantize)
     key = machine_key()
     if read_timing(out, key) is None:
         say(f"timing it on this machine ({key}): a minute or two")
@@ -384,13 +448,20 @@ def make_ready(dest: Path, quantize: str) -> Path:
     return out
 
 
+def read_model_type(dest: Path) -> object:
+    return json.loads((dest / CONFIG_FILE).read_text(encoding="utf-8")).get("model_type")
+
+
 def cmd_pull(args: argparse.Namespace) -> int:
     require_hub()
     repo_id = parse_repo_id(args.repo_id)
     try:
-        dest = pull(repo_id, args.revision, Path(os.path.abspath(models_folder(args.dir))), args.force)
-        model_type = json.loads((dest / CONFIG_FILE).read_text(encoding="utf-8")).get("model_type")
-        if args.ready != "none" and model_type in READY_TYPES:
+        dest = pull(repo_id, args.revision, Path(os.path.abspath(models_folder(args.dir))), args.force, args.quant)
+        if dest.suffix == GGUF_SUFFIX:  # with --ready none, the file itself (llama.cpp reads it)
+            ready = args.ready != "none"
+        else:
+            ready = args.ready != "none" and read_model_type(dest) in READY_TYPES
+        if ready:
             dest = make_ready(dest, args.ready)
     except KeyboardInterrupt:
         say("interrupted: the files already complete are kept; run the same command again to resume")

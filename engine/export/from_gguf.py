@@ -19,12 +19,11 @@ from pathlib import Path
 
 from engine.errors import InputError
 from engine.export.gguf_source import GGUFSource
-from engine.export.graph import write_graph
+from engine.export.graph import EXPORT_VERSION, write_graph
 from engine.models.directory import CONFIG_FILE, LM_GRAPH_FILE, TOKENIZER_FILE
 from engine.models.table import ONNX_LM_MODEL_TYPE
 
 QUANTIZE = ("int4", "int8", "none")
-EXPORT_VERSION = 3  # the graph's version: engine/training/export_lm.EXPORT_VERSION (a test keeps them equal)
 
 
 def peak_rss_mb() -> float:
@@ -67,7 +66,7 @@ def export_gguf(
         "export_version": EXPORT_VERSION,
         "conversion": {
             "tool": "gguf",
-            "seconds": round(time.perf_counter() - start, 1),
+            "seconds": round(time.perf_counter() - start, 2),
             "peak_rss_mb": peak_rss_mb(),
         },
     }

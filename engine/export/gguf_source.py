@@ -174,9 +174,14 @@ class GGUFSource:
             )
         spelling = byte_alphabet()
         alphabet = set(spelling.values())
+        # the rows past the vocabulary (llama.cpp's [PADn]) are left out: the engine never
+        # samples a row the tokenizer does not have
+        count = len(self.tokens)
+        while count > 0 and _PLACEHOLDER.fullmatch(self.tokens[count - 1]):
+            count -= 1
         vocab = {
             t if set(t) <= alphabet else "".join(spelling[b] for b in t.encode("utf-8")): i
-            for i, t in enumerate(self.tokens)
+            for i, t in enumerate(self.tokens[:count])
         }
         merges = [tuple(m.split(" ", 1)) for m in self._value("tokenizer.ggml.merges", [])]
         tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
@@ -191,7 +196,7 @@ class GGUFSource:
                 ]
             )
         tok.decoder = decoders.ByteLevel()
-        types = list(self._value("tokenizer.ggml.token_type", []) or [])
+        types = list(self._value("tokenizer.ggml.token_type", []) or [])[:count]
         control = [t for t, k in zip(self.tokens, types, strict=False) if k == CONTROL and set(t) <= alphabet]
         user = [t for t, k in zip(self.tokens, types, strict=False) if k == USER_DEFINED and t in vocab]
         tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in control])

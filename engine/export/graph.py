@@ -18,6 +18,7 @@ peak memory stays near the output's size whatever the source's.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -27,8 +28,14 @@ import numpy as np
 
 from engine.denoisers.onnx import kv_names
 from engine.export.quantize import IntegerProducts, matmul_nbits, nbits_blocks
+from engine.models.directory import CONFIG_FILE
 
 OPSET = 17
+# the graph's version, in an export's config.json (diffusion_lsp.export_version; none: 1):
+# 2 is int8's integer products and grouped-query attention without copies; 3 is int8's
+# integer products with a scale per token, the down projections among them. `pull` exports
+# a model again where its export is older (engine/commands/pull.py)
+EXPORT_VERSION = 3
 ALIGN = 4096  # each weight's offset in the data file (onnxruntime maps large ones)
 PART_ROWS = 16384  # rows of the embedding and the head read, quantized and written at a time
 
@@ -138,8 +145,11 @@ def write_graph(source: WeightSource, dest: Path, quantize: str, progress: Calla
         return name
 
     def parts(name: str, rows: int) -> Iterator[np.ndarray]:
-        """The matrix `name`'s rows, PART_ROWS at a time, with zero rows past the source's up
-        to `rows` (the mask's row, where the export adds it)."""
+        """The embedding's or the head's rows, PART_ROWS at a time, with zero rows past the
+        source's up to `rows` (the mask's row, where the export adds it); another matrix whole."""
+        if name not in big:  # a layer's matrix: whole
+            yield source.tensor(name)
+            return
         have = source.shape(name)[0]
         for start in range(0, rows, PART_ROWS):
             stop = min(start + PART_ROWS, rows)
@@ -267,3 +277,14 @@ def write_graph(source: WeightSource, dest: Path, quantize: str, progress: Calla
     tmp = dest.with_name(dest.name + ".tmp")
     onnx.save(model, str(tmp))
     os.replace(tmp, dest)
+
+
+def export_version(path: Path) -> int:
+    """The graph version of the export in `path` (1: made before versions were written;
+    0: no finished export there)."""
+    try:
+        own = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8")).get("diffusion_lsp", {})
+    except (OSError, ValueError, AttributeError):
+        return 0
+    version = own.get("export_version", 1) if isinstance(own, dict) else 1
+    return version if isinstance(version, int) and not isinstance(version, bool) else 1

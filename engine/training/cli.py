@@ -1,4 +1,5 @@
-"""diffusion-infill's model-making commands, `train`, `adapt` and `export-onnx` (they need torch);
+"""diffusion-infill's model-making commands, `train`, `adapt` and `export-onnx` (they need torch,
+but for export-onnx of a GGUF file: engine/export);
 engine/commands/cli.py parses their arguments and imports this module only when one of them runs."""
 
 from __future__ import annotations
@@ -61,6 +62,14 @@ def cmd_adapt(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from engine.export.from_gguf import export_gguf, is_gguf
+
+    if args.model is not None and is_gguf(args.model):  # numpy, onnx and gguf: no torch
+        if args.out is None:
+            raise InputError("export-onnx of a GGUF file writes a new model directory: give --out")
+        export_gguf(args.model, args.out, args.quantize, verbose=args.verbose)
+        sys.stdout.write(f"{args.out}\n")
+        return 0
     try:
         from engine.training.export import export_onnx
         from engine.training.export_lm import export_lm

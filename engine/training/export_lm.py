@@ -16,9 +16,9 @@ written out so that they trace to plain ONNX operators.
              past_value.{i} (B, Hkv, P, D) for each layer i
     outputs  logits (B, N, V), present_key.{i} and present_value.{i} (B, Hkv, P+T, D)
 
-Quantization: `int4` puts every weight product, the output head included, in onnxruntime's
-MatMulNBits (weight-only, blocks of BLOCK_SIZE along the input, symmetric, int8 arithmetic
-for the activations). `int8` puts every projection of every layer (attention's q, k, v and
+Quantization (engine/export/quantize.py, shared with the GGUF exporter): `int4` puts every
+weight product, the output head included, in onnxruntime's MatMulNBits (weight-only, blocks
+of 32 along the input, symmetric, int8 arithmetic for the activations). `int8` puts every projection of every layer (attention's q, k, v and
 o, the MLPs' gate, up and down) in integer products with each token's activations
 quantized by their own scale (`_integer_products`), and the head in 8-bit MatMulNBits
 (one token's logits read its weights once: a product bound by memory, where 8-bit
@@ -32,30 +32,24 @@ from __future__ import annotations
 
 import gc
 import json
-import logging
 import re
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from engine.denoisers.onnx import kv_names
-from engine.export.quantize import ACCURACY_LEVEL, BLOCK_SIZE, PREFIX, IntegerProducts
 from engine.errors import ModelLoadError
+from engine.export.graph import EXPORT_VERSION
+from engine.export.quantize import PREFIX, IntegerProducts, matmul_nbits, nbits_blocks
 from engine.models.directory import CONFIG_FILE, GENERATION_FILE, LM_GRAPH_FILE, TOKENIZER_FILE, read_config, require
 from engine.models.table import EXPORTED, ONNX_LM_MODEL_TYPE
 
 OPSET = 17
 QUANTIZE = ("int4", "int8", "none")
-# the graph's version, in an export's config.json (diffusion_lsp.export_version; none: 1):
-# 2 is int8's integer products and grouped-query attention without copies; 3 is int8's
-# integer products with a scale per token, the down projections among them. `pull` exports
-# a model again where its export is older (engine/commands/pull.py)
-EXPORT_VERSION = 3
 # int8's products that stay MatMulNBits (by the traced module name: LMGraph's `head`)
 INTEGER_KEEPS = re.compile(r"^/head/")
 
@@ -175,17 +169,6 @@ def export_lm(source: Path, out: Path, quantize: str = "int8") -> Path:
     return out
 
 
-def export_version(path: Path) -> int:
-    """The graph version of the export in `path` (1: made before versions were written;
-    0: no finished export there)."""
-    try:
-        own = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8")).get("diffusion_lsp", {})
-    except (OSError, ValueError, AttributeError):
-        return 0
-    version = own.get("export_version", 1) if isinstance(own, dict) else 1
-    return version if isinstance(version, int) and not isinstance(version, bool) else 1
-
-
 def _trace(graph: LMGraph, layers: int, path: Path) -> None:
     """torch.onnx.export of the float32 graph, every size dynamic."""
     d, hkv = graph.head_dim, graph.kv_heads
@@ -227,22 +210,54 @@ def _write_graph(plain: Path, dest: Path, quantize: str) -> None:
     one file beside it."""
     import onnx
 
-    logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)  # a line per node at INFO
     model = onnx.load(str(plain), load_external_data=True)
     if quantize == "int8":
         _integer_products(model, INTEGER_KEEPS)
     if quantize != "none":  # (after int8's integer products: the head)
-        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-
-        quant = MatMulNBitsQuantizer(
-            model, bits=4 if quantize == "int4" else 8, block_size=BLOCK_SIZE, is_symmetric=True,
-            accuracy_level=ACCURACY_LEVEL,
-        )  # fmt: skip
-        quant.process()
-        model = quant.model.model
+        _nbits_products(model, 4 if quantize == "int4" else 8)
     data = dest.name + ".data"
     (dest.parent / data).unlink(missing_ok=True)
     onnx.save(model, str(dest), save_as_external_data=True, all_tensors_to_one_file=True, location=data)
+
+
+def _nbits_products(model: Any, bits: int) -> None:
+    """Put `model`'s weight products (MatMul by a 2-D initializer) in `bits`-bit MatMulNBits,
+    in place (engine/export/quantize.py)."""
+    from onnx import numpy_helper
+
+    g = model.graph
+    weights = {t.name: t for t in g.initializer}
+    added: list[Any] = []
+    nodes: list[Any] = []
+    for node in g.node:
+        w = weights.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) == 2 else None
+        if w is None or len(w.dims) != 2:
+            nodes.append(node)
+            continue
+        packed, scales = nbits_blocks(numpy_helper.to_array(w), bits)
+        added += [
+            numpy_helper.from_array(packed, w.name + f"_Q{bits}"),
+            numpy_helper.from_array(scales, w.name + "_scales"),
+        ]
+        k, n = w.dims
+        nodes.append(
+            matmul_nbits(
+                node.input[0],
+                w.name + f"_Q{bits}",
+                w.name + "_scales",
+                node.output[0],
+                k,
+                n,
+                bits,
+                node.name + f"_Q{bits}",
+            )
+        )
+    read = {name for n in nodes for name in n.input}  # a float weight another node reads stays (a tied head)
+    left = [t for t in g.initializer if t.name in read]
+    del g.initializer[:]
+    g.initializer.extend([*left, *added])
+    del g.node[:]
+    g.node.extend(nodes)
 
 
 def _integer_products(model: Any, keep: re.Pattern[str]) -> None:

@@ -17,7 +17,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
-pytest.importorskip("onnx_ir")
 
 from engine.denoisers.base import Prompt  # noqa: E402
 from engine.denoisers.loading import load_model  # noqa: E402

@@ -730,10 +730,9 @@ def test_a_pulled_qwen2_is_exported_and_timed_for_the_server(
     """One command leaves a model the base install runs and the server can choose: the
     checkpoint (a real tiny random Qwen2), its 8-bit export beside it, and the export's
     fill times on this machine."""
-    pytest.importorskip("onnx_ir")
     from engine.denoisers.loading import load_model
+    from engine.export.graph import EXPORT_VERSION, export_version
     from engine.models.folder import default_model, machine_key, read_timing
-    from engine.training.export_lm import EXPORT_VERSION, export_version
     from tests import dream_checkpoint
 
     source = dream_checkpoint.write(tmp_path / "tiny-qwen2", "qwen2", autoregressive=True)

@@ -1,0 +1,204 @@
+"""export-onnx of a GGUF file without torch (engine/export/): the graph against the torch
+exporter's on tiny random Qwen2 and Llama models written as GGUF the way llama.cpp writes
+them, the dequantization against transformers' own GGUF reader, the tokenizer against
+transformers' GGUF tokenizer, and the whole command in a process where torch cannot be
+imported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("gguf")
+
+from engine.commands.cli import main  # noqa: E402
+from engine.errors import EngineError  # noqa: E402
+from engine.export.from_gguf import export_gguf  # noqa: E402
+from engine.export.gguf_source import GGUFSource  # noqa: E402
+from tests import gguf_checkpoint  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def checkpoint(tmp: Path, model_type: str) -> Path:
+    pytest.importorskip("torch")
+    from tests import dream_checkpoint
+
+    return gguf_checkpoint.perturbed(dream_checkpoint.write(tmp / model_type, model_type, mask=False))
+
+
+def run(directory: Path, seed: int = 0) -> list[np.ndarray]:
+    """The graph on 4 new tokens after 3 cached ones (random keys and values), causal."""
+    import onnxruntime as ort
+
+    cfg = json.loads((directory / "config.json").read_text())
+    session = ort.InferenceSession(str(directory / "model.onnx"), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(seed)
+    past, new = 3, 4
+    bias = np.zeros((1, 1, new, past + new), np.float32)
+    bias[0, 0][np.triu_indices(new, 1, past + new)] = -1e9  # (the triangle right of the past)
+    feeds: dict[str, Any] = {
+        "input_ids": rng.integers(0, cfg["vocab_size"] - 10, (1, new)),
+        "position_ids": np.arange(past, past + new)[None],
+        "attention_bias": bias,
+        "logits_at": np.arange(new),
+    }
+    shape = (1, cfg["num_key_value_heads"], past, cfg["head_dim"])
+    for i in session.get_inputs():
+        if i.name.startswith("past"):
+            feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
+    return session.run(None, feeds)
+
+
+@pytest.mark.parametrize("model_type", ["qwen2", "llama"])
+@pytest.mark.parametrize("quantize", ["none", "int8", "int4"])
+def test_the_graph_is_the_torch_exporters(tmp_path: Path, model_type: str, quantize: str) -> None:
+    pytest.importorskip("transformers")
+    from engine.training.export_lm import export_lm
+
+    source = checkpoint(tmp_path, model_type)
+    gguf = gguf_checkpoint.write(source, tmp_path / "tiny.gguf")
+    torch_out = run(export_lm(source, tmp_path / "torch", quantize))
+    gguf_out = run(export_gguf(gguf, tmp_path / "gguf", quantize))
+    assert len(torch_out) == len(gguf_out) == 1 + 2 * 2  # logits, then each layer's keys and values
+    assert torch_out[0].shape == gguf_out[0].shape
+    assert np.abs(torch_out[0]).max() > 0.01  # logits that say something: a wrong tensor would show
+    for a, b in zip(torch_out, gguf_out, strict=True):
+        np.testing.assert_allclose(b, a, atol=1e-4, rtol=0)
+    a_cfg = json.loads((tmp_path / "torch" / "config.json").read_text())
+    b_cfg = json.loads((tmp_path / "gguf" / "config.json").read_text())
+    for key in ("vocab_size", "num_hidden_layers", "num_key_value_heads", "head_dim", "eos_token_id"):
+        assert b_cfg[key] == a_cfg[key], key
+    from engine.denoisers.loading import load_model
+
+    a_info, b_info = (load_model(tmp_path / d).denoiser.info for d in ("torch", "gguf"))
+    assert b_info == a_info  # the same special tokens, mask row and limits, as the engine reads them
+    assert b_cfg["diffusion_lsp"]["export_version"] == a_cfg["diffusion_lsp"]["export_version"]
+    conversion = b_cfg["diffusion_lsp"]["conversion"]
+    assert conversion["seconds"] > 0 and conversion["peak_rss_mb"] > 0
+
+
+def test_a_llama_read_without_its_permutation_undone_differs(tmp_path: Path) -> None:
+    """The q and k rows really are permuted in a Llama file (so the test above checks the
+    undoing): read as a Qwen2 file, the same tensors differ from the checkpoint's."""
+    from safetensors.numpy import load_file
+
+    source = checkpoint(tmp_path, "llama")
+    gguf = gguf_checkpoint.write(source, tmp_path / "tiny.gguf")
+    weights = load_file(str(source / "model.safetensors"))
+    reader = GGUFSource(gguf)
+    q = weights["model.layers.0.self_attn.q_proj.weight"]
+    np.testing.assert_array_equal(reader.tensor("blk.0.attn_q.weight"), q)
+    assert not np.array_equal(reader._tensors["blk.0.attn_q.weight"].data, q)  # as stored: permuted
+
+
+QUANTIZED = ["Q8_0", "Q5_0", "Q5_1", "Q4_0", "Q4_1", "F16", "BF16"]
+
+
+@pytest.mark.parametrize("kind", QUANTIZED)
+def test_each_type_is_dequantized_as_transformers_reads_it(tmp_path: Path, kind: str) -> None:
+    """A tensor stored in `kind` reads as transformers' own GGUF reader reads it, and near
+    the float values it was made from."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import gguf
+    from transformers.integrations.gguf.dequant import GGML_BLOCK, dequantize
+
+    source = checkpoint(tmp_path, "qwen2")
+    qtype = gguf.GGMLQuantizationType[kind]
+    name = "blk.1.ffn_up.weight"
+    path = gguf_checkpoint.write(source, tmp_path / "q.gguf", types={name: qtype})
+    got = GGUFSource(path).tensor(name)
+    raw = next(t for t in gguf.GGUFReader(str(path)).tensors if t.name == name)
+    package = gguf.quants.dequantize(raw.data, qtype)  # the gguf package's own reader
+    np.testing.assert_array_equal(got, package.reshape(got.shape))
+    if int(qtype) in GGML_BLOCK:  # a block type: transformers' reader too (its own code, in torch)
+        flat = torch.from_numpy(np.ascontiguousarray(raw.data).reshape(-1))
+        theirs = dequantize(flat, int(qtype)).numpy()
+        np.testing.assert_allclose(got, theirs.reshape(got.shape), atol=1e-6)
+    from safetensors.numpy import load_file
+
+    original = load_file(str(source / "model.safetensors"))["model.layers.1.mlp.up_proj.weight"]
+    assert got.shape == original.shape
+    tolerance = {"Q4_0": 0.05, "Q4_1": 0.05, "Q5_0": 0.03, "Q5_1": 0.03}.get(kind, 0.01)
+    assert 0 < np.abs(got - original).max() < tolerance  # stored in fewer bits, read back near
+
+
+def test_the_tokenizer_is_the_one_the_checkpoint_has(tmp_path: Path) -> None:
+    """tokenizer.json built from the GGUF lists encodes as the checkpoint's own tokenizer
+    and as transformers' GGUF tokenizer, special tokens whole."""
+    pytest.importorskip("transformers")
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    source = checkpoint(tmp_path, "qwen2")
+    path = gguf_checkpoint.write(source, tmp_path / "tiny.gguf")
+    ours = GGUFSource(path).tokenizer()
+    original = Tokenizer.from_file(str(source / "tokenizer.json"))
+    theirs = AutoTokenizer.from_pretrained(str(tmp_path), gguf_file=path.name)
+    texts = [
+        "def add(a, b):\n    return a + b\n",
+        "class Point:\n\tdef __init__(self, x, y):  # é ü 数字\n        self.x = x\n",
+        "<|fim_prefix|>for i in range(10):<|fim_suffix|>\n<|fim_middle|>",
+    ]
+    for text in texts:
+        ids = ours.encode(text, add_special_tokens=False).ids
+        assert ids == original.encode(text, add_special_tokens=False).ids
+        assert ids == theirs.encode(text, add_special_tokens=False)
+        assert ours.decode(ids, skip_special_tokens=False) == original.decode(ids, skip_special_tokens=False)
+    assert ours.token_to_id("<|fim_middle|>") == original.token_to_id("<|fim_middle|>")
+    assert len(ours.encode("<|fim_middle|>", add_special_tokens=False).ids) == 1
+
+
+def test_files_it_cannot_read_are_refused_clearly(tmp_path: Path) -> None:
+    import gguf
+
+    (tmp_path / "not.gguf").write_bytes(b"GGUF" + b"\0" * 64)
+    with pytest.raises(EngineError, match="not a GGUF file"):
+        GGUFSource(tmp_path / "not.gguf")
+    w = gguf.GGUFWriter(str(tmp_path / "phi.gguf"), "phi3")
+    w.add_tensor("token_embd.weight", np.zeros((4, 4), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(EngineError, match="holds a 'phi3' model"):
+        GGUFSource(tmp_path / "phi.gguf")
+    code = main(["export-onnx", "--model", str(tmp_path / "phi.gguf"), "--out", str(tmp_path / "out")])
+    assert code != 0 and not (tmp_path / "out" / "config.json").exists()
+
+
+NO_TORCH = """
+import sys
+for name in ("torch", "transformers"):
+    sys.modules[name] = None  # `import torch` raises ImportError from here on
+from engine.commands.cli import main
+code = main(["export-onnx", "--model", sys.argv[1], "--out", sys.argv[2]])
+from engine.denoisers.loading import load_model
+from engine.fill import FillOptions, InfillRequest
+from engine.local.generator import local_engine
+model = load_model(sys.argv[2])
+fill = local_engine(model, FillOptions(canvas_tokens=4)).fill(InfillRequest(prefix="def f(x):\\n    return ", suffix="\\n"))
+assert "torch" not in {m.split(".")[0] for m in sys.modules if sys.modules[m] is not None}
+print(code, model.backend, repr(fill.text), len(fill.text) > 0)
+"""
+
+
+def test_it_exports_loads_and_fills_where_torch_cannot_be_imported(tmp_path: Path) -> None:
+    source = checkpoint(tmp_path, "qwen2")
+    gguf = gguf_checkpoint.write(source, tmp_path / "tiny.gguf", pre="qwen2")
+    out = tmp_path / "export"
+    done = subprocess.run(
+        [sys.executable, "-c", NO_TORCH, str(gguf), str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    printed, last = done.stdout.strip().split("\n")[-2:]
+    assert printed == str(out)  # what export-onnx says: the directory
+    assert last.startswith("0 onnx ") and last.endswith(" True"), done.stdout  # a non-empty fill, by the onnx backend
+    assert json.loads((out / "config.json").read_text())["diffusion_lsp"]["conversion"]["tool"] == "gguf"
