@@ -95,9 +95,10 @@ class Repo:
     commit: str = COMMIT
     token: str | None = None  # gated: downloads need `Authorization: Bearer <token>`
     revisions: tuple[str, ...] = ("main",)
+    listed_sha256: dict[str, str] = field(default_factory=dict)  # a listing that lies about a file's hash
 
     def is_lfs(self, name: str) -> bool:
-        return name.endswith(".safetensors") or name.endswith(".bin")
+        return name.endswith((".safetensors", ".bin", ".gguf"))
 
     def etag(self, name: str) -> str:
         data = self.files[name]
@@ -107,7 +108,7 @@ class Repo:
         data = self.files[name]
         entry: dict[str, Any] = {"rfilename": name, "size": len(data), "blobId": git_blob_id(data)}
         if self.is_lfs(name):
-            entry["lfs"] = {"size": len(data), "sha256": sha256(data), "pointerSize": 134}
+            entry["lfs"] = {"size": len(data), "sha256": self.listed_sha256.get(name, sha256(data)), "pointerSize": 134}
         return entry
 
     def tree_entry(self, name: str) -> dict[str, Any]:
@@ -766,3 +767,76 @@ def run_ready(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str,
     code = main(["pull", *args])  # --ready at its default
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def gguf_repo(tmp_path: Path) -> Repo:
+    """A repo of GGUF files as a model's owners publish them (a tiny random Qwen2 here): one
+    file per type, a model split over two files, a readme."""
+    pytest.importorskip("torch")
+    from tests import dream_checkpoint, gguf_checkpoint
+
+    source = dream_checkpoint.write(tmp_path / "tiny-qwen2", "qwen2", autoregressive=True)
+    data = gguf_checkpoint.write(gguf_checkpoint.perturbed(source), tmp_path / "tiny.gguf", pre="qwen2").read_bytes()
+    files = {
+        "README.md": b"# tiny-GGUF\n",
+        "LICENSE": b"Apache License 2.0\n",
+        "tiny-q8_0.gguf": data,
+        "tiny-q4_k_m.gguf": data + b"\0" * 64,
+        "tiny-f16-00001-of-00002.gguf": data[:1000],
+        "tiny-f16-00002-of-00002.gguf": data[1000:],
+    }
+    return Repo(files)
+
+
+def test_a_gguf_repo_gives_its_q8_0_file_exported_without_torch(
+    hub: FakeHub, models: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """One command, no torch needed: the q8_0 file only, checked against the Hub's sha256,
+    exported for the base install, timed, and the server's default."""
+    from engine.denoisers.loading import load_model
+    from engine.models.folder import default_model, machine_key, read_timing
+
+    hub.repos["test-org/tiny-GGUF"] = gguf_repo(tmp_path)
+    code, out, err = run_ready(capsys, "test-org/tiny-GGUF", "--dir", str(models))
+    assert code == 0, err
+    export = models / "test-org--tiny-GGUF-q8_0-int8"
+    assert out == f"{export}\n" and "exporting tiny-q8_0.gguf" in err and "timing it" in err
+    assert (
+        hub.gets("tiny-q8_0.gguf") and not hub.gets("tiny-q4_k_m.gguf") and not hub.gets("tiny-f16-00001-of-00002.gguf")
+    )
+    assert sorted(p.name for p in (models / "test-org--tiny-GGUF").iterdir() if not p.name.startswith(".")) == [
+        "LICENSE",
+        "README.md",
+        "tiny-q8_0.gguf",
+    ]
+    loaded = load_model(export)
+    assert loaded.backend == "onnx"
+    own = json.loads((export / "config.json").read_text())["diffusion_lsp"]
+    assert own["source"]["gguf"] == "tiny-q8_0.gguf" and own["conversion"]["tool"] == "gguf"
+    timing = read_timing(export, machine_key())
+    assert timing is not None
+    chosen = default_model(10 * timing.keystroke_p50_ms + 1000, env={"DIFFUSION_LSP_MODELS": str(models)})
+    assert chosen is not None and chosen.path == export
+    assert main(["models", "--dir", str(models), "--json"]) == 0  # what the conversion cost, as measured
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["models"]}
+    assert rows[export.name]["conversion"]["peak_rss_mb"] > 0 and rows[export.name]["keystroke_p50_ms"] > 0
+    # --ready none: the file itself, for llama.cpp
+    code, out, err = run_ready(capsys, "test-org/tiny-GGUF", "--dir", str(models), "--ready", "none")
+    assert code == 0 and out == f"{models / 'test-org--tiny-GGUF' / 'tiny-q8_0.gguf'}\n", err
+
+
+def test_a_gguf_repo_without_the_type_or_with_a_wrong_hash_is_refused(
+    hub: FakeHub, models: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    repo = gguf_repo(tmp_path)
+    hub.repos["test-org/tiny-GGUF"] = repo
+    code, out, err = run_ready(capsys, "test-org/tiny-GGUF", "--dir", str(models), "--quant", "q5_0")
+    assert code == 2 and out == ""
+    assert "has no q5_0 GGUF file; it has f16, q4_k_m, q8_0" in err and "--quant" in err
+    code, out, err = run_ready(capsys, "test-org/tiny-GGUF", "--dir", str(models), "--quant", "f16")
+    assert code == 2 and "split over several files" in err
+    repo.listed_sha256["tiny-q8_0.gguf"] = "0" * 64
+    code, out, err = run_ready(capsys, "test-org/tiny-GGUF", "--dir", str(models))
+    assert code == 2 and "does not have the sha256 the Hub lists" in err
+    assert not (models / "test-org--tiny-GGUF" / "tiny-q8_0.gguf").exists()
+    assert not (models / "test-org--tiny-GGUF-q8_0-int8").exists()
