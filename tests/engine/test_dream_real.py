@@ -92,6 +92,43 @@ def test_the_int8_export_keeps_the_fill_and_the_likely_tokens(checkpoint: Path, 
     assert want in got.argsort()[-3:].tolist()
 
 
+def test_the_gguf_read_without_torch_is_the_converted_checkpoint(checkpoint: Path, tmp_path: Path) -> None:
+    """The registry GGUF read with numpy alone (engine/export/) against what transformers made
+    of it: every tensor, of every type in the file (Q5_0, Q8_0, Q4_K, Q6_K, F32), dequantized
+    to the same values, and the tokenizer encoding held-out code to the same ids; then its export
+    computes what the torch export computes, to the bit."""
+    import sysconfig
+
+    import numpy as np
+    from safetensors import safe_open
+    from tokenizers import Tokenizer
+
+    from engine.export.from_gguf import export_gguf
+    from engine.export.gguf_source import GGUFSource
+    from tests import gguf_checkpoint
+
+    source = GGUFSource(weights.CACHE / weights.QWEN_GGUF)
+    kinds = set()
+    with safe_open(str(checkpoint / "model.safetensors"), "np") as converted:
+        for name in list(converted.keys()):  # every tensor, one at a time (safe_open is not iterable)
+            ours = gguf_checkpoint.gguf_name(name)
+            kinds.add(source._tensors[ours].kind.name)
+            np.testing.assert_array_equal(source.tensor(ours), converted.get_tensor(name), err_msg=name)
+    assert {"Q5_0", "Q8_0", "Q6_K", "Q4_K", "F32"} <= kinds
+    ours, theirs_tok = source.tokenizer(), Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
+    for path in sorted((Path(sysconfig.get_paths()["stdlib"]) / "json").glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        assert ours.encode(text).ids == theirs_tok.encode(text).ids, path.name
+    fim = "<|fim_prefix|>a<|fim_suffix|>b<|fim_middle|>"
+    assert ours.encode(fim).ids == theirs_tok.encode(fim).ids
+    exported = load_model(export_gguf(weights.CACHE / weights.QWEN_GGUF, tmp_path / "export", "int8"))
+    reference = load_model(weights.export_qwen_coder_int8(checkpoint))
+    ctx = Prompt(prefix=tuple(reference.tokenizer.encode(PREFIX)), suffix=tuple(reference.tokenizer.encode(SUFFIX)))
+    want = reference.denoiser.next_logits(reference.denoiser.prefill(ctx))
+    got = exported.denoiser.next_logits(exported.denoiser.prefill(ctx))
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
+
+
 def test_a_bidirectional_step_at_context_1024(loaded: Any) -> None:
     den, tok = loaded.denoiser, loaded.tokenizer
     ids = (tok.encode(Path(__file__).read_text()) * 8)[:1024]
