@@ -492,7 +492,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="write the ONNX graphs for a model's safetensors: the embedded model's next to them, a checkpoint's "
         f"({', '.join(EXPORTED)}) as a new model directory the base install runs (backend onnx); --model FILE.gguf "
-        "(Qwen2 or Llama) does the same without torch",
+        f"(general.architecture {' or '.join(GGUF_ARCHITECTURES)}) does the same without torch",
     )
     x.add_argument("--out", type=Path, help="where to write (the embedded model: its own directory by default)")
     x.add_argument(

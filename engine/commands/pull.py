@@ -51,10 +51,10 @@ from typing import Any
 
 from engine.errors import EngineError
 from engine.models.folder import models_folder
-from engine.models.table import EXPORTED, PULLED, described
+from engine.models.table import EXPORTED, GGUF_ARCHITECTURES, PULLED, described
 
 READY_TYPES = EXPORTED  # exported and timed after a pull (--ready): what export-onnx takes
-GGUF_KIND = "Qwen2 or Llama, exported without torch"
+GGUF_KIND = f"architecture {' or '.join(GGUF_ARCHITECTURES)} expected, exported without torch"
 
 CONFIG_FILE = "config.json"
 WEIGHTS_SUFFIX = ".safetensors"

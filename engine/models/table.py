@@ -67,7 +67,7 @@ TABLE: tuple[Backend, ...] = (
         "engine.denoisers.onnx_lm:load_dir",
         (ONNX_LM_MODEL_TYPE,),
         "exported Qwen2, Llama or Dream",
-        released="`export-onnx` and `pull --ready` make it",
+        released="`export-onnx` and `pull --ready` make it, from a checkpoint or a GGUF file",
         pulled=False,
     ),
     Backend(
