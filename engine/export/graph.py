@@ -37,6 +37,7 @@ OPSET = 17
 # a model again where its export is older (engine/commands/pull.py)
 EXPORT_VERSION = 3
 ALIGN = 4096  # each weight's offset in the data file (onnxruntime maps large ones)
+FLOAT = 1  # onnx.TensorProto.FLOAT
 PART_ROWS = 16384  # rows of the embedding and the head read, quantized and written at a time
 
 
@@ -108,9 +109,13 @@ class _Builder:
         return f"/{hint}_{self._count}"
 
     def op(self, op: str, inputs: list[str], hint: str = "", **attrs: Any) -> str:
+        """A node of one output, named from `hint`; returns the output."""
+        return self.op_to(op, inputs, self.name(hint or op.lower()), **attrs)
+
+    def op_to(self, op: str, inputs: list[str], out: str, **attrs: Any) -> str:
+        """A node whose output is `out` (a graph output's name)."""
         from onnx import helper
 
-        out = self.name(hint or op.lower())
         self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
         return out
 
@@ -127,119 +132,141 @@ def write_graph(source: WeightSource, dest: Path, quantize: str, progress: Calla
     `quantize`: int8 (integer products, the head in 8-bit MatMulNBits), int4 (every product
     in 4-bit MatMulNBits) or none (float32)."""
     import onnx
-    from onnx import TensorProto, helper
 
-    cfg = source.config
-    layers, heads, kv_heads = cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    d, eps, vocab = cfg["head_dim"], cfg["rms_norm_eps"], cfg["vocab_size"]
-    theta = float(cfg["rope_parameters"]["rope_theta"])
     data = DataFile(dest.with_name(dest.name + ".data"))
-    g = _Builder()
-    products = IntegerProducts(data.store)
-    stored: set[str] = set()
+    try:
+        model = _Writer(source, quantize, data).model(progress)
+    finally:
+        data.close()
+    tmp = dest.with_name(dest.name + ".tmp")
+    onnx.save(model, str(tmp))
+    os.replace(tmp, dest)
 
-    def plain(name: str, array: Callable[[], np.ndarray]) -> str:
-        if name not in stored:
-            data.store(name, array())
-            stored.add(name)
+
+BIG = ("token_embd.weight", "output.weight")  # (vocab, E): read, quantized and written in parts
+
+
+class _Writer:
+    """The graph's nodes, its weights written to `data` as they come (the module's docstring
+    has the computation)."""
+
+    def __init__(self, source: WeightSource, quantize: str, data: DataFile) -> None:
+        cfg = source.config
+        self.source, self.quantize, self.data = source, quantize, data
+        self.layers, self.heads = int(cfg["num_hidden_layers"]), int(cfg["num_attention_heads"])
+        self.kv_heads, self.d = int(cfg["num_key_value_heads"]), int(cfg["head_dim"])
+        self.eps, self.vocab = float(cfg["rms_norm_eps"]), int(cfg["vocab_size"])
+        self.theta = float(cfg["rope_parameters"]["rope_theta"])
+        self.g = _Builder()
+        self.products = IntegerProducts(data.store)
+        self.stored: set[str] = set()
+
+    # -- weights ---------------------------------------------------------------------
+
+    def plain(self, name: str, array: Callable[[], np.ndarray]) -> str:
+        """A float32 initializer, written the first time it is asked for."""
+        if name not in self.stored:
+            self.data.store(name, array())
+            self.stored.add(name)
         return name
 
-    def parts(name: str, rows: int) -> Iterator[np.ndarray]:
+    def parts(self, name: str, rows: int) -> Iterator[np.ndarray]:
         """The embedding's or the head's rows, PART_ROWS at a time, with zero rows past the
         source's up to `rows` (the mask's row, where the export adds it); another matrix whole."""
-        if name not in big:  # a layer's matrix: whole
-            yield source.tensor(name)
+        if name not in BIG:
+            yield self.source.tensor(name)
             return
-        have = source.shape(name)[0]
+        have, tail = self.source.shape(name)[0], self.source.shape(name)[1:]
         for start in range(0, rows, PART_ROWS):
             stop = min(start + PART_ROWS, rows)
             part = (
-                source.tensor(name, start, min(stop, have))
-                if start < have
-                else np.zeros((0, *source.shape(name)[1:]), np.float32)
+                self.source.tensor(name, start, min(stop, have)) if start < have else np.zeros((0, *tail), np.float32)
             )
             if part.shape[0] < stop - start:
-                part = np.concatenate([part, np.zeros((stop - start - part.shape[0], *part.shape[1:]), np.float32)])
+                part = np.concatenate([part, np.zeros((stop - start - part.shape[0], *tail), np.float32)])
             yield part
 
-    def product(x: str, name: str, bits: int | None = None) -> str:
-        """x (..., K) times the transposed matrix `name` (N, K): its quantization's nodes."""
-        out = g.name(name.replace(".", "/"))
-        n, k = source.shape(name)
-        if name in big:
-            n = vocab
-        bits = bits or (4 if quantize == "int4" else None)
-        if bits is None and quantize == "int8":
-            products.product(g.nodes, x, products.weight(name, lambda: source.tensor(name).T), out)
-        elif bits is not None:  # blocks of each output column alone: the rows are quantized in parts
+    def product(self, x: str, name: str, bits: int | None = None) -> str:
+        """x (..., K) times the transposed matrix `name` (N, K), in the export's quantization
+        (`bits`: MatMulNBits of that many bits whatever it is)."""
+        g, out = self.g, self.g.name(name.replace(".", "/"))
+        n, k = self.source.shape(name)
+        n = self.vocab if name in BIG else n
+        bits = bits or (4 if self.quantize == "int4" else None)
+        if bits is None and self.quantize == "int8":
+            levels = self.products.weight(name, lambda: self.source.tensor(name).T)
+            self.products.product(g.nodes, x, levels, out)
+        elif bits is not None:  # each output column's blocks alone: the rows are quantized in parts
             scales: list[np.ndarray] = []
 
             def packed() -> Iterator[np.ndarray]:
-                for part in parts(name, n):
+                for part in self.parts(name, n):
                     blocks, part_scales = nbits_blocks(part.T, bits)
                     scales.append(part_scales)
                     yield blocks
 
-            data.store_parts(name + "_Q", packed())
-            data.store(name + "_scales", np.concatenate(scales))
+            self.data.store_parts(name + "_Q", packed())
+            self.data.store(name + "_scales", np.concatenate(scales))
             g.nodes.append(matmul_nbits(x, name + "_Q", name + "_scales", out, k, n, bits, name=out))
-        else:  # float32: the whole matrix transposed at once (a reference export; not the default)
-            whole = np.concatenate(list(parts(name, n))).T
-            g.nodes.append(helper.make_node("MatMul", [x, plain(name, lambda: whole)], [out], name=out))
+        else:  # float32: the whole matrix transposed at once (a reference export, not the default)
+            whole = self.plain(name, lambda: np.concatenate(list(self.parts(name, n))).T)
+            g.op_to("MatMul", [x, whole], out)
         return out
 
-    def linear(x: str, name: str) -> str:
-        y = product(x, name + ".weight")
+    # -- the blocks ------------------------------------------------------------------
+
+    def linear(self, x: str, name: str) -> str:
+        y = self.product(x, name + ".weight")
         bias = name + ".bias"
-        return g.op("Add", [plain(bias, lambda: source.tensor(bias)), y], "add") if source.has(bias) else y
+        if not self.source.has(bias):
+            return y
+        return self.g.op("Add", [self.plain(bias, lambda: self.source.tensor(bias)), y], "add")
 
-    def rms(x: str, name: str) -> str:
-        square = g.op("Pow", [x, g.const(2.0)], "pow")
-        mean = g.op("ReduceMean", [square], "mean", axes=[-1], keepdims=1)
-        root = g.op("Sqrt", [g.op("Add", [mean, g.const(eps)], "add")], "sqrt")
+    def rms(self, x: str, name: str) -> str:
+        g = self.g
+        mean = g.op("ReduceMean", [g.op("Pow", [x, g.const(2.0)], "pow")], "mean", axes=[-1], keepdims=1)
+        root = g.op("Sqrt", [g.op("Add", [mean, g.const(self.eps)], "add")], "sqrt")
         normed = g.op("Mul", [x, g.op("Div", [g.const(1.0), root], "div")], "mul")
-        return g.op("Mul", [plain(name, lambda: source.tensor(name)), normed], "mul")
+        return g.op("Mul", [self.plain(name, lambda: self.source.tensor(name)), normed], "mul")
 
-    def heads_of(x: str, count: int) -> str:  # (B, T, count*D) -> (B, count, T, D)
-        shaped = g.op("Reshape", [x, g.const([0, 0, count, d], np.int64)], "reshape")
-        return g.op("Transpose", [shaped], "transpose", perm=[0, 2, 1, 3])
+    def heads_of(self, x: str, count: int) -> str:
+        """(B, T, count*D) -> (B, count, T, D)"""
+        shaped = self.g.op("Reshape", [x, self.g.const([0, 0, count, self.d], np.int64)], "reshape")
+        return self.g.op("Transpose", [shaped], "transpose", perm=[0, 2, 1, 3])
 
-    def rotate(x: str, cos: str, sin: str) -> str:
-        half = d // 2
+    def rotate(self, x: str, cos: str, sin: str) -> str:
+        g, half, d = self.g, self.d // 2, self.d
         first = g.op("Slice", [x, g.const([0], np.int64), g.const([half], np.int64), g.const([-1], np.int64)])
         second = g.op("Slice", [x, g.const([half], np.int64), g.const([d], np.int64), g.const([-1], np.int64)])
         rotated = g.op("Concat", [g.op("Neg", [second]), first], "concat", axis=-1)
         return g.op("Add", [g.op("Mul", [x, cos]), g.op("Mul", [rotated, sin])], "rope")
 
-    # the embedding, and the rotary embedding at the positions
-    big = {"token_embd.weight", "output.weight"}  # (vocab, E): read in parts
-    data.store_parts("embed.weight", parts("token_embd.weight", vocab))
-    x = g.op("Gather", ["embed.weight", "input_ids"], "embed")
-    # 1 / theta^(2i/d): the power rounded from float64, then divided in float32, which is the
-    # torch exporter's float32 constant to the bit (numpy's float32 power differs in the last bit)
-    powers = (theta ** (np.arange(0, d, 2, dtype=np.float32) / d).astype(np.float64)).astype(np.float32)
-    inv = np.float32(1.0) / powers
-    positions = g.op(
-        "Unsqueeze", [g.op("Cast", ["position_ids"], "cast", to=TensorProto.FLOAT), g.const([-1], np.int64)]
-    )
-    freqs = g.op("Mul", [positions, g.const(inv)], "freqs")
-    angles = g.op("Unsqueeze", [g.op("Concat", [freqs, freqs], "concat", axis=-1), g.const([1], np.int64)])
-    cos, sin = g.op("Cos", [angles]), g.op("Sin", [angles])
-    bias = g.op("Unsqueeze", ["attention_bias", g.const([1], np.int64)], "bias")  # (B|1, 1, 1, T, P+T)
-    group = heads // kv_heads
-    for i in range(layers):
-        if progress is not None:
-            progress(f"layer {i + 1} of {layers}")
-        b = f"blk.{i}."
-        h = rms(x, b + "attn_norm.weight")
-        q = rotate(heads_of(linear(h, b + "attn_q"), heads), cos, sin)
-        k = rotate(heads_of(linear(h, b + "attn_k"), kv_heads), cos, sin)
-        v = heads_of(linear(h, b + "attn_v"), kv_heads)
-        past_k, past_v, present_k, present_v = *kv_names("past", layers)[2 * i : 2 * i + 2], *kv_names("present", layers)[2 * i : 2 * i + 2]  # fmt: skip
-        g.nodes.append(helper.make_node("Concat", [past_k, k], [present_k], name=f"/present_key_{i}", axis=2))
-        g.nodes.append(helper.make_node("Concat", [past_v, v], [present_v], name=f"/present_value_{i}", axis=2))
+    def rotary(self) -> tuple[str, str]:
+        """cos, sin (B|1, 1, T, D) of the default rotary embedding at position_ids."""
+        g, d = self.g, self.d
+        # 1 / theta^(2i/d): the power rounded from float64, then divided in float32, which is
+        # the torch exporter's float32 constant to the bit (numpy's float32 power differs in
+        # the last bit, and a keystroke's result would not be the torch export's)
+        powers = (self.theta ** (np.arange(0, d, 2, dtype=np.float32) / d).astype(np.float64)).astype(np.float32)
+        positions = g.op("Cast", ["position_ids"], "cast", to=FLOAT)
+        freqs = g.op("Mul", [g.op("Unsqueeze", [positions, g.const([-1], np.int64)]), g.const(1 / powers)], "freqs")
+        angles = g.op("Unsqueeze", [g.op("Concat", [freqs, freqs], "concat", axis=-1), g.const([1], np.int64)])
+        return g.op("Cos", [angles]), g.op("Sin", [angles])
+
+    def attention(self, i: int, x: str, cos: str, sin: str, bias: str) -> str:
+        """Layer i's attention block, its keys and values after the past ones as the
+        layer's present_key.i and present_value.i; returns the block's output."""
+        g, d, heads, kv_heads, b = self.g, self.d, self.heads, self.kv_heads, f"blk.{i}."
+        h = self.rms(x, b + "attn_norm.weight")
+        q = self.rotate(self.heads_of(self.linear(h, b + "attn_q"), heads), cos, sin)
+        k = self.rotate(self.heads_of(self.linear(h, b + "attn_k"), kv_heads), cos, sin)
+        v = self.heads_of(self.linear(h, b + "attn_v"), kv_heads)
+        past_k, past_v = kv_names("past", self.layers)[2 * i : 2 * i + 2]
+        present_k, present_v = kv_names("present", self.layers)[2 * i : 2 * i + 2]
+        g.op_to("Concat", [past_k, k], present_k, axis=2)
+        g.op_to("Concat", [past_v, v], present_v, axis=2)
         # grouped-query attention without copies: query head h reads key/value head h // group
-        qg = g.op("Reshape", [q, g.const([0, kv_heads, group, -1, d], np.int64)], "reshape")
+        qg = g.op("Reshape", [q, g.const([0, kv_heads, heads // kv_heads, -1, d], np.int64)], "reshape")
         keys = g.op("Transpose", [g.op("Unsqueeze", [present_k, g.const([2], np.int64)])], perm=[0, 1, 2, 4, 3])
         scores = g.op("Mul", [g.op("MatMul", [qg, keys], "scores"), g.const(d**-0.5)], "scale")
         probs = g.op("Softmax", [g.op("Add", [scores, bias], "masked")], "softmax", axis=-1)
@@ -247,36 +274,53 @@ def write_graph(source: WeightSource, dest: Path, quantize: str, progress: Calla
         att = g.op("Reshape", [att, g.const([0, heads, -1, d], np.int64)], "reshape")
         att = g.op("Transpose", [att], "transpose", perm=[0, 2, 1, 3])
         att = g.op("Reshape", [att, g.const([0, 0, heads * d], np.int64)], "reshape")
-        x = g.op("Add", [x, linear(att, b + "attn_output")], "residual")
-        h = rms(x, b + "ffn_norm.weight")
-        gate = linear(h, b + "ffn_gate")
-        act = g.op("Mul", [gate, g.op("Sigmoid", [gate])], "silu")
-        x = g.op("Add", [x, linear(g.op("Mul", [act, linear(h, b + "ffn_up")], "mul"), b + "ffn_down")], "residual")
-    picked = g.op("Gather", [rms(x, "output_norm.weight"), "logits_at"], "picked", axis=1)
-    head = "output.weight" if source.has("output.weight") else "token_embd.weight"
-    logits = product(picked, head, bits=8 if quantize == "int8" else None)
-    g.nodes.append(helper.make_node("Identity", [logits], ["logits"], name="/logits"))
-    data.close()
+        return self.linear(att, b + "attn_output")
 
-    f32, i64 = TensorProto.FLOAT, TensorProto.INT64
-    inputs = [
-        helper.make_tensor_value_info("input_ids", i64, ["batch", "new"]),
-        helper.make_tensor_value_info("position_ids", i64, ["pbatch", "new"]),
-        helper.make_tensor_value_info("attention_bias", f32, ["bbatch", 1, "new", "total"]),
-        helper.make_tensor_value_info("logits_at", i64, ["picked"]),
-        *(helper.make_tensor_value_info(n, f32, ["batch", kv_heads, "past", d]) for n in kv_names("past", layers)),
-    ]
-    outputs = [
-        helper.make_tensor_value_info("logits", f32, ["batch", "picked", vocab]),
-        *(helper.make_tensor_value_info(n, f32, ["batch", kv_heads, "total", d]) for n in kv_names("present", layers)),
-    ]
-    constants = [*g.constants, *(products.constants() if quantize == "int8" else [])]
-    graph = helper.make_graph(g.nodes, "onnx_lm", inputs, outputs, [*data.initializers, *constants])
-    opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)]
-    model = helper.make_model(graph, opset_imports=opsets, producer_name="diffusion-lsp")
-    tmp = dest.with_name(dest.name + ".tmp")
-    onnx.save(model, str(tmp))
-    os.replace(tmp, dest)
+    def mlp(self, i: int, x: str) -> str:
+        g, b = self.g, f"blk.{i}."
+        h = self.rms(x, b + "ffn_norm.weight")
+        gate = self.linear(h, b + "ffn_gate")
+        act = g.op("Mul", [gate, g.op("Sigmoid", [gate])], "silu")
+        return self.linear(g.op("Mul", [act, self.linear(h, b + "ffn_up")], "mul"), b + "ffn_down")
+
+    # -- the whole ---------------------------------------------------------------------
+
+    def model(self, progress: Callable[[str], None] | None) -> Any:
+        from onnx import TensorProto, helper
+
+        g = self.g
+        self.data.store_parts("embed.weight", self.parts("token_embd.weight", self.vocab))
+        x = g.op("Gather", ["embed.weight", "input_ids"], "embed")
+        cos, sin = self.rotary()
+        bias = g.op("Unsqueeze", ["attention_bias", g.const([1], np.int64)], "bias")  # (B|1, 1, 1, T, P+T)
+        for i in range(self.layers):
+            if progress is not None:
+                progress(f"layer {i + 1} of {self.layers}")
+            x = g.op("Add", [x, self.attention(i, x, cos, sin, bias)], "residual")
+            x = g.op("Add", [x, self.mlp(i, x)], "residual")
+        picked = g.op("Gather", [self.rms(x, "output_norm.weight"), "logits_at"], "picked", axis=1)
+        head = "output.weight" if self.source.has("output.weight") else "token_embd.weight"
+        g.op_to("Identity", [self.product(picked, head, bits=8 if self.quantize == "int8" else None)], "logits")
+
+        f32, i64, kv, d = TensorProto.FLOAT, TensorProto.INT64, self.kv_heads, self.d
+        inputs = [
+            helper.make_tensor_value_info("input_ids", i64, ["batch", "new"]),
+            helper.make_tensor_value_info("position_ids", i64, ["pbatch", "new"]),
+            helper.make_tensor_value_info("attention_bias", f32, ["bbatch", 1, "new", "total"]),
+            helper.make_tensor_value_info("logits_at", i64, ["picked"]),
+            *(helper.make_tensor_value_info(n, f32, ["batch", kv, "past", d]) for n in kv_names("past", self.layers)),
+        ]
+        outputs = [
+            helper.make_tensor_value_info("logits", f32, ["batch", "picked", self.vocab]),
+            *(
+                helper.make_tensor_value_info(n, f32, ["batch", kv, "total", d])
+                for n in kv_names("present", self.layers)
+            ),
+        ]
+        constants = [*g.constants, *(self.products.constants() if self.quantize == "int8" else [])]
+        graph = helper.make_graph(g.nodes, "onnx_lm", inputs, outputs, [*self.data.initializers, *constants])
+        opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)]
+        return helper.make_model(graph, opset_imports=opsets, producer_name="diffusion-lsp")
 
 
 def export_version(path: Path) -> int:
