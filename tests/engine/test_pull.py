@@ -428,7 +428,7 @@ def test_a_repo_without_safetensors_is_refused(hub: FakeHub, models: Path, capsy
     hub.repos[REPO] = Repo(checkpoint(safetensors=False))  # a .bin, and safetensors only in a folder
     code, out, err = run(capsys, REPO, "--dir", str(models))
     assert code == 2 and out == ""
-    assert "has no safetensors weights" in one_line(err) and ".bin" in err
+    assert "has no safetensors or GGUF weights" in one_line(err) and ".bin" in err
     assert hub.downloads() == set() and not models.exists()
 
 
@@ -528,7 +528,7 @@ def test_without_huggingface_hub_the_command_says_what_to_install(
 ) -> None:
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # import fails
     code, _, err = run(capsys, REPO, "--dir", str(models))
-    assert code == 2 and "pip install 'diffusion-lsp[torch]'" in one_line(err)
+    assert code == 2 and "pull needs huggingface_hub: pip install huggingface_hub" in one_line(err)
 
 
 # -- resuming ----------------------------------------------------------------------------
