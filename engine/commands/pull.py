@@ -75,7 +75,7 @@ CHECKPOINT_FILES = frozenset(
 )
 GGUF_SUFFIX = ".gguf"
 DEFAULT_GGUF_TYPE = "q8_0"  # the GGUF file pulled by default: 8 bits, as the export's own products
-_GGUF_TYPE = re.compile(r"[-.]((?:i?q\d\w*?)|f16|bf16|f32)(?:-\d{5}-of-\d{5})?\.gguf$", re.IGNORECASE)
+_GGUF_TYPE = re.compile(r"[-.]((?:i?q\d\w*?)|fp?16|bf16|fp?32)(?:-\d{5}-of-\d{5})?\.gguf$", re.IGNORECASE)
 _SPLIT = re.compile(r"-\d{5}-of-\d{5}\.gguf$")
 NOTICE_PREFIXES = ("LICENSE", "LICENCE", "NOTICE")  # licence texts: LICENSE, LICENSE.txt, NOTICE.md...
 NOTICE_SUFFIXES = ("", ".txt", ".md")

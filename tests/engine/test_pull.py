@@ -840,3 +840,22 @@ def test_a_gguf_repo_without_the_type_or_with_a_wrong_hash_is_refused(
     assert code == 2 and "does not have the sha256 the Hub lists" in err
     assert not (models / "test-org--tiny-GGUF" / "tiny-q8_0.gguf").exists()
     assert not (models / "test-org--tiny-GGUF-q8_0-int8").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("qwen2.5-coder-0.5b-instruct-q8_0.gguf", "q8_0"),
+        ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "q4_k_m"),
+        ("qwen2.5-coder-0.5b-instruct-fp16.gguf", "fp16"),
+        ("Model.Q5_K_S.gguf", "q5_k_s"),
+        ("qwen2.5-coder-32b-instruct-q8_0-00001-of-00009.gguf", "q8_0"),
+        ("model-IQ4_XS.gguf", "iq4_xs"),
+        ("model.gguf", None),
+        ("q8_0-notes.txt", None),
+    ],
+)
+def test_a_gguf_files_type_is_read_from_its_name(name: str, kind: str | None) -> None:
+    from engine.commands.pull import gguf_type
+
+    assert gguf_type(name) == kind
