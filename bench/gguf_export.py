@@ -34,7 +34,11 @@ def run_once(python: str, gguf: Path, quantize: str) -> dict[str, float]:
             err = child.stderr.read().decode() if child.stderr else ""
             raise SystemExit(f"export-onnx failed ({child.returncode}): {err.strip()}")
         size = sum(f.stat().st_size for f in Path(tmp).iterdir())
-    return {"seconds": round(wall, 2), "peak_rss_mb": round(usage.ru_maxrss / 1e3, 1), "output_mb": round(size / 1e6, 1)}
+    return {
+        "seconds": round(wall, 2),
+        "peak_rss_mb": round(usage.ru_maxrss / 1e3, 1),
+        "output_mb": round(size / 1e6, 1),
+    }
 
 
 def main() -> int:
