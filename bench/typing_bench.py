@@ -10,6 +10,11 @@ typing.py there would stand in for the standard library's `typing` in every one 
                            [--pace-ms 120] [--pause-ms 600] [--pause-after CHARS]
                            [--settings JSON] [--cases FILE]
 
+`--cases fixtures/typing/crossfile.json`: the first functions of the 8 small projects of
+fixtures/crossfile/ (bench/crossfile.py's), each project a workspace folder, so that the
+server's repository context has the files they import (compare with `--settings
+'{"repositoryContext": false}'`).
+
 The typist, per key:
 - one `didChange` (the character; Enter inserts the newline with the next line's
   indentation, as an editor's auto-indent does) and one Automatic
@@ -67,13 +72,17 @@ WORD = re.compile(r"\w+|\s+|[^\w\s]")
 
 @dataclass(frozen=True)
 class Case:
-    """A held-out region: the file, and the span of it the typist retypes."""
+    """A held-out region: the file, and the span of it the typist retypes. A case of a
+    project (`workspace`: its folder, given to the server as a workspace folder) opens the
+    file at its own path, so that the server finds the files it imports there."""
 
     name: str
     language: str
     text: str
     start: int
     end: int
+    path: Path | None = None
+    workspace: Path | None = None
 
     @property
     def region(self) -> str:
@@ -81,6 +90,8 @@ class Case:
 
     @property
     def uri(self) -> str:
+        if self.path is not None:
+            return self.path.as_uri()
         return (
             f"file:///typing/{self.name}.{ {'python': 'py', 'javascript': 'js', 'go': 'go'}.get(self.language, 'txt') }"
         )
@@ -91,8 +102,13 @@ def load_cases(path: Path, only: set[str] | None = None) -> list[Case]:
     for row in json.loads(path.read_text(encoding="utf-8")):
         if only and row["name"] not in only:
             continue
-        text = (path.parent / row["file"]).read_text(encoding="utf-8")
-        out.append(Case(row["name"], row["language"], text, row["region"]["start"], row["region"]["end"]))
+        workspace = (path.parent / row["workspace"]).resolve() if "workspace" in row else None
+        file = (workspace or path.parent) / row["file"]
+        text = file.read_text(encoding="utf-8")
+        start, end = row["region"]["start"], row["region"]["end"]
+        out.append(
+            Case(row["name"], row["language"], text, start, end, file.resolve() if workspace else None, workspace)
+        )
     return out
 
 
@@ -362,7 +378,8 @@ async def run(
         settings["model"] = str(args.model)
     settings.update(remote or {})
     t0 = time.perf_counter()
-    client = await start_server(settings)
+    folders = sorted({c.workspace for c in cases if c.workspace is not None})
+    client = await start_server(settings, folders)
     session = Session(client)
     while not (state := await session.stats()).get("model_loaded"):  # the developer starts once the model is up
         if state.get("load_error"):
