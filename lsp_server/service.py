@@ -69,7 +69,8 @@ log = logging.getLogger(__name__)
 # docs/server.md, While you type). The held-out eval's 0.16 kept nine in ten right fills.
 DEFAULT_MIN_CONFIDENCE = 0.25
 HELD_LOG_INTERVAL_S = 60.0  # a fill held back is logged at info level at most this often
-REBUILD_S = 30.0  # repository context is chosen again at least this often, even on one line
+REBUILD_S = 30.0  # repository context is chosen again at least this often, even on one line (at a pause)
+TYPING_PAUSE_S = 2.0  # a document edited this recently is being typed in: its repository context is kept
 
 Drafts = Callable[[int, list[str]], None]
 
@@ -85,12 +86,14 @@ class OpenDocument:
     asked: bool = False  # the user asked for a suggestion (diffusion.suggestNow): the next is Invoked
     history: EditHistory | None = None  # its recent edits (next edit suggestions read the last)
     context: ContextBlock | None = None  # the repository context its fills get now (FillService.pieces)
+    edited_at: float = float("-inf")  # time.monotonic() of its last edit
 
 
 @dataclass(frozen=True)
 class ContextBlock:
-    """Repository context chosen for a document: kept while the cursor stays on `line`, so
-    that the tokens it lays out first stay cached across keystrokes, for REBUILD_S at most."""
+    """Repository context chosen for a document: kept while the user types in it, on any
+    line, and while the cursor stays on `line` (for REBUILD_S at most), so that the tokens
+    it lays out first stay cached across keystrokes (FillService.pieces)."""
 
     line: int
     pieces: list[tuple[str, str]]
@@ -236,12 +239,15 @@ class FillService:
         recent: Callable[[], list[tuple[str, int]]] | None = None,
     ) -> list[tuple[str, str]]:
         """The repository context for a fill on `line` of the document: the block chosen
-        before while the cursor is still on that line (and for REBUILD_S at most), else the
+        before while the user is typing (an edit within TYPING_PAUSE_S, whatever the line:
+        the block comes first in the prompt, and a new one would be encoded again whole), or
+        while the cursor is still on its line (for REBUILD_S at most); else, at a pause, the
         pieces of `files()` engine.repository.select chooses now (`recent()`: lines edited
         lately in other documents; both asked only then, not on every keystroke)."""
         record = self.document(uri)
         block, now = record.context, time.monotonic()
-        if block is not None and block.line == line and now - block.made < REBUILD_S:
+        typing = now - record.edited_at < TYPING_PAUSE_S
+        if block is not None and (typing or (block.line == line and now - block.made < REBUILD_S)):
             return block.pieces
         engine = self.engine
         budget = engine.repository_chars() if engine is not None else 0
@@ -263,6 +269,7 @@ class FillService:
         if record is None:
             return
         record.edits += 1
+        record.edited_at = time.monotonic()
         if record.history is None:
             record.history = EditHistory(text)
         else:
