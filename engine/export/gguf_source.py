@@ -42,7 +42,7 @@ SPLITS = {
     "llama-bpe": _LLAMA3_SPLIT,
     "smaug-bpe": _LLAMA3_SPLIT,
 }
-CONTROL, USER_DEFINED = 3, 4  # llama.cpp's token types: special tokens, and added plain ones
+UNKNOWN, CONTROL, USER_DEFINED = 2, 3, 4  # llama.cpp's token types: <unk>, special tokens, added plain ones
 _PLACEHOLDER = re.compile(r"\[PAD\d+\]")  # llama.cpp's names for the rows past a tokenizer's vocabulary
 
 
@@ -162,26 +162,37 @@ class GGUFSource:
     # -- the tokenizer -------------------------------------------------------------
 
     def tokenizer(self) -> Any:
-        """The tokenizers.Tokenizer of a byte-level BPE vocabulary (tokenizer.ggml.model
-        "gpt2": Qwen2, Llama 3), with the file's control tokens as special tokens."""
-        from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
-
+        """The tokenizers.Tokenizer the file's lists describe (tokenizer.ggml.model): a
+        byte-level BPE ("gpt2": Qwen2, Llama 3) or a sentencepiece BPE ("llama": Llama 2,
+        CodeLlama), with the file's control tokens as special tokens."""
         kind = self._value("tokenizer.ggml.model")
-        if kind != "gpt2":
-            raise ModelLoadError(
-                f"{self.path} has a {kind!r} tokenizer; the export without torch reads byte-level BPE ('gpt2') "
-                "only: convert this file with `diffusion-infill convert-gguf` (needs the torch extra)"
-            )
-        spelling = byte_alphabet()
-        alphabet = set(spelling.values())
-        # the rows past the vocabulary (llama.cpp's [PADn]) are left out: the engine never
-        # samples a row the tokenizer does not have
+        if kind == "gpt2":
+            return self._byte_level()
+        if kind == "llama":
+            return self._sentencepiece()
+        raise ModelLoadError(
+            f"{self.path} has a {kind!r} tokenizer; the export without torch reads byte-level BPE ('gpt2') and "
+            "sentencepiece BPE ('llama'): convert this file with `diffusion-infill convert-gguf` (the torch extra)"
+        )
+
+    def _vocabulary(self) -> tuple[list[str], list[int]]:
+        """The tokens and their types, without llama.cpp's trailing [PADn] rows (the engine
+        never samples a row the tokenizer does not have)."""
         count = len(self.tokens)
         while count > 0 and _PLACEHOLDER.fullmatch(self.tokens[count - 1]):
             count -= 1
+        types = [int(t) for t in list(self._value("tokenizer.ggml.token_type", []) or [])[:count]]
+        return self.tokens[:count], types
+
+    def _byte_level(self) -> Any:
+        from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+        spelling = byte_alphabet()
+        alphabet = set(spelling.values())
+        tokens, types = self._vocabulary()
         vocab = {
             t if set(t) <= alphabet else "".join(spelling[b] for b in t.encode("utf-8")): i
-            for i, t in enumerate(self.tokens[:count])
+            for i, t in enumerate(tokens)
         }
         merges = [tuple(m.split(" ", 1)) for m in self._value("tokenizer.ggml.merges", [])]
         tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
@@ -196,12 +207,35 @@ class GGUFSource:
                 ]
             )
         tok.decoder = decoders.ByteLevel()
-        types = list(self._value("tokenizer.ggml.token_type", []) or [])[:count]
-        control = [t for t, k in zip(self.tokens, types, strict=False) if k == CONTROL and set(t) <= alphabet]
-        user = [t for t, k in zip(self.tokens, types, strict=False) if k == USER_DEFINED and t in vocab]
-        tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in control])
-        tok.add_tokens([AddedToken(t, normalized=False, special=False) for t in user])
-        return tok
+        control = [t for t, k in zip(tokens, types, strict=False) if k == CONTROL and set(t) <= alphabet]
+        return _with_added(
+            tok, control, [t for t, k in zip(tokens, types, strict=False) if k == USER_DEFINED and t in vocab]
+        )
+
+    def _sentencepiece(self) -> Any:
+        """Llama's sentencepiece vocabulary as a BPE over "▁"-marked pieces with byte
+        fallback (<0xNN> tokens), as transformers' LlamaTokenizer builds it; the merges
+        from the file, else from the pieces' scores (a piece made of two pieces is a merge,
+        ranked by its score)."""
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+        tokens, types = self._vocabulary()
+        vocab = {t: i for i, t in enumerate(tokens)}
+        listed = self._value("tokenizer.ggml.merges")
+        if listed:
+            merges = [tuple(m.split(" ", 1)) for m in listed]
+        else:
+            scores = [float(x) for x in self._value("tokenizer.ggml.scores", [0.0] * len(tokens))]
+            merges = merges_from_scores(vocab, dict(zip(tokens, scores, strict=False)))
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=True, byte_fallback=True))
+        prepend = "first" if self._value("tokenizer.ggml.add_space_prefix", True) else "never"
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme=prepend, split=False)
+        steps = [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
+        if prepend != "never":
+            steps.append(decoders.Strip(content=" ", left=1, right=0))
+        tok.decoder = decoders.Sequence(steps)
+        special = [t for t, k in zip(tokens, types, strict=False) if k in (CONTROL, UNKNOWN)]
+        return _with_added(tok, special, [t for t, k in zip(tokens, types, strict=False) if k == USER_DEFINED])
 
     # -- the weights ---------------------------------------------------------------
 
@@ -242,3 +276,26 @@ def unpermute(w: np.ndarray, heads: int) -> np.ndarray:
     head's rows (pairs interleaved there) back to halves."""
     shape = w.shape
     return w.reshape(heads, shape[0] // heads // 2, 2, *shape[1:]).swapaxes(1, 2).reshape(shape)
+
+
+def merges_from_scores(vocab: dict[str, int], scores: dict[str, float]) -> list[tuple[str, str]]:
+    """A sentencepiece vocabulary's BPE merges: every way a piece splits into two pieces of
+    the vocabulary is a merge, ranked as transformers ranks them for a file that lists
+    none: the higher-scored piece's first, then the longer left part, then the longer right
+    part; ties in the vocabulary's order (the piece's, then the parts' ids)."""
+    found: list[tuple[tuple[float, int, int, int, int, int], str, str]] = []
+    for order, (piece, score) in enumerate(scores.items()):
+        for cut in range(1, len(piece)):
+            left, right = piece[:cut], piece[cut:]
+            if left in vocab and right in vocab:
+                found.append(((-score, -len(left), -len(right), order, vocab[left], vocab[right]), left, right))
+    found.sort(key=lambda m: m[0])
+    return [(left, right) for _, left, right in found]
+
+
+def _with_added(tok: Any, special: list[str], plain: list[str]) -> Any:
+    from tokenizers import AddedToken
+
+    tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in special])
+    tok.add_tokens([AddedToken(t, normalized=False, special=False) for t in plain])
+    return tok

@@ -157,6 +157,81 @@ def test_the_tokenizer_is_the_one_the_checkpoint_has(tmp_path: Path) -> None:
     assert len(ours.encode("<|fim_middle|>", add_special_tokens=False).ids) == 1
 
 
+def test_a_sentencepiece_llama_file_is_exported_and_fills_what_its_weights_say(tmp_path: Path) -> None:
+    """tests/real_engine.py's tiny Llama GGUF (a sentencepiece vocabulary, every row a token):
+    exported without torch, a mask row added past the vocabulary, and the fill its weights
+    make (x has the highest logit whatever the prompt)."""
+    from engine.denoisers.loading import load_model
+    from engine.fill import FillOptions, InfillRequest
+    from engine.local.generator import local_engine
+    from tests.real_engine import write_gguf
+
+    gguf = write_gguf(tmp_path / "tiny-llama.gguf")
+    out = export_gguf(gguf, tmp_path / "export", "int8")
+    model = load_model(out)
+    cfg = json.loads((out / "config.json").read_text())
+    assert model.backend == "onnx" and cfg["mask_token_id"] == cfg["vocab_size"] - 1 == model.tokenizer.vocab_size
+    fill = local_engine(model, FillOptions(canvas_tokens=5)).fill(InfillRequest(prefix="a = ", suffix="\n"))
+    assert fill.text == "xxxxx"
+
+
+def sentencepiece_gguf(path: Path) -> Path:
+    """A GGUF whose tokenizer is a sentencepiece BPE as Llama 2's files have it: <unk>, <s>,
+    </s>, the 256 byte tokens, then pieces learned on a little code ("\u2581" for a space),
+    each scored by when it was learned; no merges listed."""
+    import gguf
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from tests.dream_checkpoint import TEXT
+
+    learner = Tokenizer(models.BPE())
+    learner.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+    learner.train_from_iterator(TEXT, trainers.BpeTrainer(vocab_size=300, show_progress=False))
+    pieces = sorted(learner.get_vocab().items(), key=lambda kv: kv[1])
+    tokens = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256))]
+    tokens += [p for p, _ in pieces if p not in tokens]
+    kinds = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL, *[gguf.TokenType.BYTE] * 256]
+    kinds += [gguf.TokenType.NORMAL] * (len(tokens) - len(kinds))
+    scores = [0.0] * 259 + [-float(i) for i in range(len(tokens) - 259)]
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(kinds)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_tensor("token_embd.weight", np.zeros((len(tokens), 4), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_a_sentencepiece_tokenizer_is_transformers_llama_tokenizer(tmp_path: Path) -> None:
+    """The sentencepiece vocabulary of a Llama 2 style file, its merges derived from the
+    scores, encodes (and decodes) as transformers' GGUF tokenizer does; characters the
+    pieces lack fall back to byte tokens."""
+    pytest.importorskip("transformers")
+    from transformers import AutoTokenizer
+
+    path = sentencepiece_gguf(tmp_path / "spm.gguf")
+    ours = GGUFSource(path).tokenizer()
+    theirs = AutoTokenizer.from_pretrained(str(tmp_path), gguf_file=path.name)
+    texts = [
+        "def add(a, b):\n    return a + b\n",
+        "class Point:\n    def __init__(self, x, y):\n        self.x = x  # é 数\n",
+        "  for i in range(10):\tprint(i)",
+    ]
+    for text in texts:
+        ids = ours.encode(text, add_special_tokens=False).ids
+        assert ids == theirs.encode(text, add_special_tokens=False), text
+        assert len(ids) < len(text)  # merged pieces, not bytes
+        assert ours.decode(ids) == theirs.decode(ids)
+    assert any(t.startswith("<0x") for t in ours.encode("é", add_special_tokens=False).tokens)  # byte fallback
+
+
 def test_files_it_cannot_read_are_refused_clearly(tmp_path: Path) -> None:
     import gguf
 
