@@ -96,11 +96,16 @@ def write(checkpoint: Path, path: Path, *, pre: str = "gpt-2", types: dict[str, 
             w.add_tensor(target, value)
         else:
             w.add_tensor(target, gguf.quants.quantize(value, kind), raw_dtype=kind)
+    finish(w)
+    return path
+
+
+def finish(w: Any) -> None:
+    """Write a gguf.GGUFWriter's header, metadata and tensors, and close the file."""
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    return path
 
 
 def perturbed(checkpoint: Path, seed: int = 1) -> Path:

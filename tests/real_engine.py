@@ -143,10 +143,9 @@ def write_gguf(
     if eos_logit is not None:
         out[2] = eos_logit / width
     w.add_tensor("output.weight", out)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    from tests.gguf_checkpoint import finish
+
+    finish(w)
     return path
 
 

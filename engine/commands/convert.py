@@ -13,13 +13,13 @@ import argparse
 import hashlib
 import json
 import logging
-import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from engine.errors import InputError, ModelLoadError
+from engine.export.gguf_source import mask_row
 from engine.models.table import GGUF_ARCHITECTURES
 
 log = logging.getLogger(__name__)
@@ -33,22 +33,6 @@ def sha256_of(path: Path, chunk: int = 1 << 24) -> str:
         while block := f.read(chunk):
             digest.update(block)
     return digest.hexdigest()
-
-
-_PLACEHOLDER = re.compile(r"\[PAD\d+\]")  # llama.cpp's names for the rows past a tokenizer's vocabulary
-
-
-def mask_row(tok: Any, vocab_size: int) -> int | None:
-    """The id a canvas mask takes in a model without one: `<|mask|>` when the tokenizer
-    has it, else the first row the tokenizer never produces (a GGUF tokenizer names
-    those rows [PADn]), else None."""
-    vocab = tok.get_vocab()
-    if "<|mask|>" in vocab:
-        return int(vocab["<|mask|>"])
-    placeholders = [i for t, i in vocab.items() if _PLACEHOLDER.fullmatch(t)]
-    if placeholders:
-        return int(min(placeholders))
-    return len(vocab) if len(vocab) < vocab_size else None
 
 
 def convert(gguf: Path, out: Path, sha256: str | None = None) -> Path:
@@ -81,7 +65,7 @@ def convert(gguf: Path, out: Path, sha256: str | None = None) -> Path:
     model_type = model.config.model_type
     if model_type not in SUPPORTED:
         raise ModelLoadError(f"{gguf} holds a {model_type!r} model; convert-gguf supports {', '.join(SUPPORTED)}")
-    mask = mask_row(tok, int(model.config.vocab_size))
+    mask = mask_row(tok.get_vocab(), int(model.config.vocab_size))
     if mask is None:  # every row is a token: one more row for the canvas's mask
         mask = int(model.config.vocab_size)
         model.resize_token_embeddings(mask + 1, mean_resizing=False)

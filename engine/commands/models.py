@@ -108,19 +108,9 @@ def _row(e: Entry, chosen: Entry | None) -> dict[str, object]:
         "problem": e.problem,
         "decoding": decoding_defaults(e.path).describe() or None,  # the checkpoint's own decoding defaults
         "blocks": describe_blocks(e.path) or None,  # a block-causal checkpoint's blocks
-        "conversion": conversion(e.path),  # what making an export cost, where it was recorded
+        "conversion": e.conversion,  # what making an export cost, where it was recorded
         "path": str(e.path),
     }
-
-
-def conversion(path: Path) -> dict[str, object] | None:
-    """An export's `conversion` (engine/export/from_gguf.py: tool, seconds, peak_rss_mb), or None."""
-    try:
-        own = json.loads((path / "config.json").read_text(encoding="utf-8")).get("diffusion_lsp", {})
-    except (OSError, ValueError, AttributeError):
-        return None
-    found = own.get("conversion") if isinstance(own, dict) else None
-    return found if isinstance(found, dict) else None
 
 
 def _table(rows: list[dict[str, object]]) -> str:

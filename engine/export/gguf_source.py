@@ -14,6 +14,7 @@ weights are the transformers model's. Qwen2's are written as they are.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -43,7 +44,20 @@ SPLITS = {
     "smaug-bpe": _LLAMA3_SPLIT,
 }
 UNKNOWN, CONTROL, USER_DEFINED = 2, 3, 4  # llama.cpp's token types: <unk>, special tokens, added plain ones
-_PLACEHOLDER = re.compile(r"\[PAD\d+\]")  # llama.cpp's names for the rows past a tokenizer's vocabulary
+PLACEHOLDER = re.compile(r"\[PAD\d+\]")  # llama.cpp's names for the rows past a tokenizer's vocabulary
+
+
+def mask_row(vocab: Mapping[str, int], rows: int) -> int | None:
+    """The id a canvas mask takes in a model of `rows` embedding rows without one:
+    `<|mask|>` when the vocabulary has it, else the first row it never produces (a GGUF
+    vocabulary names those rows [PADn]), else the first row past the vocabulary; None when
+    every row is a token (convert-gguf and the export then add one)."""
+    if "<|mask|>" in vocab:
+        return int(vocab["<|mask|>"])
+    placeholders = [i for t, i in vocab.items() if PLACEHOLDER.fullmatch(t)]
+    if placeholders:
+        return int(min(placeholders))
+    return len(vocab) if len(vocab) < rows else None
 
 
 def byte_alphabet() -> dict[int, str]:
@@ -109,14 +123,16 @@ class GGUFSource:
     @cached_property
     def config(self) -> dict[str, Any]:
         """config.json as transformers writes it for this model (the keys the engine reads),
-        with `mask_token_id` (see `mask_row`) and `vocab_size` counting the row added for it."""
+        with `mask_token_id` (`mask_row`'s, else a row added past the last) and `vocab_size` counting the row added for it."""
         heads = int(self._arch_value("attention.head_count"))
         width = int(self._arch_value("embedding_length"))
         scaling = self._arch_value("rope.scaling.type")
         if scaling not in (None, "none"):
             raise ModelLoadError(f"{self.path}: rotary embedding scaling {scaling!r} is not exported yet")
         rows = self.shape("token_embd.weight")[0]
-        mask = self.mask_row(rows)
+        first = {t: i for i, t in reversed(list(enumerate(self.tokens)))}  # a repeated token: its first id
+        found = mask_row(first, rows)
+        mask = rows if found is None else found  # every row a token: the export adds one
         cfg: dict[str, Any] = {
             "model_type": self.arch,
             "architectures": ["Qwen2ForCausalLM" if self.arch == "qwen2" else "LlamaForCausalLM"],
@@ -148,17 +164,6 @@ class GGUFSource:
             cfg["_model_name_or_path"] = str(name)
         return cfg
 
-    def mask_row(self, rows: int) -> int:
-        """The row a canvas mask takes (as convert-gguf chooses it): `<|mask|>` when the
-        vocabulary has it, else the first row it never produces (llama.cpp names those
-        [PADn]), else a new row past the last (`rows`), added by the export."""
-        if "<|mask|>" in self.tokens:
-            return self.tokens.index("<|mask|>")
-        placeholders = [i for i, t in enumerate(self.tokens) if _PLACEHOLDER.fullmatch(t)]
-        if placeholders:
-            return min(placeholders)
-        return len(self.tokens) if len(self.tokens) < rows else rows
-
     # -- the tokenizer -------------------------------------------------------------
 
     def tokenizer(self) -> Any:
@@ -179,7 +184,7 @@ class GGUFSource:
         """The tokens and their types, without llama.cpp's trailing [PADn] rows (the engine
         never samples a row the tokenizer does not have)."""
         count = len(self.tokens)
-        while count > 0 and _PLACEHOLDER.fullmatch(self.tokens[count - 1]):
+        while count > 0 and PLACEHOLDER.fullmatch(self.tokens[count - 1]):
             count -= 1
         types = [int(t) for t in list(self._value("tokenizer.ggml.token_type", []) or [])[:count]]
         return self.tokens[:count], types

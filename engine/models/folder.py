@@ -111,6 +111,7 @@ class Entry:
     parameters: int | None  # estimated from config.json's shape
     timing: Timing | None  # measured on this machine
     problem: str | None = None  # why it cannot be used
+    conversion: dict[str, Any] | None = None  # what making an export cost (engine/export/from_gguf.py), where recorded
 
     @property
     def name(self) -> str:
@@ -139,7 +140,8 @@ def entry(path: Path, key: str) -> Entry:
     own = cfg.get("diffusion_lsp")
     own = own if isinstance(own, dict) else {}
     quant = str(own.get("quantization", "none"))
-    return Entry(path, str(model_type), backend, quant, parameters(cfg), read_timing(path, key))
+    conversion = own.get("conversion") if isinstance(own.get("conversion"), dict) else None
+    return Entry(path, str(model_type), backend, quant, parameters(cfg), read_timing(path, key), conversion=conversion)
 
 
 def _size(path: Path) -> int:

@@ -252,12 +252,7 @@ def _nbits_products(model: Any, bits: int) -> None:
                 node.name + f"_Q{bits}",
             )
         )
-    read = {name for n in nodes for name in n.input}  # a float weight another node reads stays (a tied head)
-    left = [t for t in g.initializer if t.name in read]
-    del g.initializer[:]
-    g.initializer.extend([*left, *added])
-    del g.node[:]
-    g.node.extend(nodes)
+    _replace_nodes(g, nodes, added)
 
 
 def _integer_products(model: Any, keep: re.Pattern[str]) -> None:
@@ -280,9 +275,15 @@ def _integer_products(model: Any, keep: re.Pattern[str]) -> None:
             continue
         levels = products.weight(w.name, lambda: numpy_helper.to_array(w))  # noqa: B023 (called at once)
         products.product(nodes, node.input[0], levels, node.output[0])
-    read = {name for n in nodes for name in n.input}  # a float weight another node reads stays (a tied head)
+    _replace_nodes(g, nodes, [*consts, *products.constants()])
+
+
+def _replace_nodes(g: Any, nodes: list[Any], added: list[Any]) -> None:
+    """`g`'s nodes are now `nodes`, its initializers the ones they still read (a float
+    weight another node reads stays: a tied head) and `added`."""
+    read = {name for n in nodes for name in n.input}
     left = [t for t in g.initializer if t.name in read]
     del g.initializer[:]
-    g.initializer.extend([*left, *consts, *products.constants()])
+    g.initializer.extend([*left, *added])
     del g.node[:]
     g.node.extend(nodes)

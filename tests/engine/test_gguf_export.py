@@ -202,10 +202,7 @@ def sentencepiece_gguf(path: Path) -> Path:
     w.add_eos_token_id(2)
     w.add_unk_token_id(0)
     w.add_tensor("token_embd.weight", np.zeros((len(tokens), 4), np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    gguf_checkpoint.finish(w)
     return path
 
 
@@ -240,10 +237,7 @@ def test_files_it_cannot_read_are_refused_clearly(tmp_path: Path) -> None:
         GGUFSource(tmp_path / "not.gguf")
     w = gguf.GGUFWriter(str(tmp_path / "phi.gguf"), "phi3")
     w.add_tensor("token_embd.weight", np.zeros((4, 4), np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    gguf_checkpoint.finish(w)
     with pytest.raises(EngineError, match="holds a 'phi3' model"):
         GGUFSource(tmp_path / "phi.gguf")
     code = main(["export-onnx", "--model", str(tmp_path / "phi.gguf"), "--out", str(tmp_path / "out")])
