@@ -256,14 +256,36 @@ class Engine:
         again.retried = True
         return again
 
-    def _fill_once(self, req: InfillRequest, control: FillControl, warnings: list[str]) -> InfillResult:
+    def warm(self, req: InfillRequest, cancel: Callable[[], bool] | None = None) -> bool:
+        """Encode ahead, in idle time, what a fill of `req` would encode first (its context,
+        laid out as the fill lays it out), so that the fill finds it cached: the generator's
+        `warm`, checking `cancel` between parts. True: done, or nothing to do (a generator
+        that keeps no cache, a remote engine; a language the model does not know); False:
+        cancelled first."""
+        warm = getattr(self.generator, "warm", None)
+        if not callable(warm) or not self._knows(req.language):
+            return True
+        warnings: list[str] = []
+        req = replace(
+            req,
+            prefix=_valid_text(req.prefix, "prefix", warnings),
+            suffix=_valid_text(req.suffix, "suffix", warnings),
+        )
+        return bool(warm(self._job(req, FillControl(cancel=cancel), warnings)))
+
+    def _job(self, req: InfillRequest, control: FillControl, warnings: list[str]) -> Job:
+        """Steps 1-2: the span planned and the budget sized."""
         plan = plan_fill(req.prefix, req.suffix, req.language, req.document, req.region)  # 1
         if req.one_line and plan is not None and plan.span.multiline:
             plan = replace(
                 plan, span=replace(plan.span, multiline=False, budget=min(plan.span.budget, WHOLE_LINE_BUDGET))
             )
         budget = self.budget(req, plan, warnings)  # 2
-        job = Job(req, self.options, control, plan, budget, warnings)
+        return Job(req, self.options, control, plan, budget, warnings)
+
+    def _fill_once(self, req: InfillRequest, control: FillControl, warnings: list[str]) -> InfillResult:
+        job = self._job(req, control, warnings)
+        plan = job.plan
         result = self.generator.generate(job)  # 3
         tok = self.generator.tokenizer
         cands = [fitted(req.prefix, spelled(c, tok)) for c in distinct(result.candidates)]  # 4, 5

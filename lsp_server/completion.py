@@ -143,7 +143,7 @@ def _draft_sender(
 def _repository(ls: DiffusionServer, doc: TextDocument, prefix: str, suffix: str) -> dict[str, object]:
     """The request's repository context (docs/server.md, Repository context): pieces of the
     other open documents and of the files this one imports in the workspace, chosen by
-    engine.repository and kept while the cursor stays on its line (FillService.pieces);
+    engine.repository, chosen again when the user pauses (FillService.pieces);
     none when the setting is off or the engine has no use for them."""
     engine = ls.fills.engine
     if engine is None or not engine.takes_extra_files or not ls.fills.settings.repository_context:
@@ -164,8 +164,7 @@ def _repository(ls: DiffusionServer, doc: TextDocument, prefix: str, suffix: str
                     out.append((shown, text))
         return out
 
-    line = prefix.count("\n")
-    pieces = ls.fills.pieces(doc.uri, line, files, prefix, suffix, current, lambda: _recent(ls, doc))
+    pieces = ls.fills.pieces(doc.uri, files, prefix, suffix, current, lambda: _recent(ls, doc))
     return {"extra_files": pieces, "repository": folder.name if folder is not None else "", "path": current}
 
 

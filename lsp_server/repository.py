@@ -3,9 +3,11 @@ other open documents, and the files the current one imports that lie inside a wo
 folder, read from disk. The pieces of them a fill gets are chosen by engine.repository.
 
 Only files inside the workspace folders are read: never a path outside them (a `..` or a
-link that leads out is refused), nothing under an ignored folder (IGNORED_DIRS), no file
-over MAX_FILE_BYTES, none that is not UTF-8 text. A file is read again only when its
-modification time changed. The `repositoryContext` setting turns it all off.
+link that leads out is refused), nothing under an ignored folder (IGNORED_DIRS), nothing a
+`.gitignore` of the folder ignores (the folder's own and those of the folders on the way
+down, each matched as git matches it, by pathspec), no file over MAX_FILE_BYTES, none that
+is not UTF-8 text. A file is read again only when its modification time changed, a
+`.gitignore` too. The `repositoryContext` setting turns it all off.
 
 What the current file imports, by language:
 - Python: `import a.b` and `from a.b import c` (from the file's folder and from each
@@ -21,6 +23,8 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
+
+from pathspec import GitIgnoreSpec
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +46,7 @@ class Repository:
     def __init__(self) -> None:
         self.folders: list[Path] = []
         self._read: dict[Path, tuple[float, str | None]] = {}
+        self._ignores: dict[Path, tuple[float, GitIgnoreSpec | None]] = {}  # a folder's .gitignore, by its mtime
 
     def set_folders(self, folders: list[Path]) -> None:
         self.folders = [f.resolve() for f in folders if f.is_dir()]
@@ -55,8 +60,34 @@ class Repository:
         for folder in self.folders:
             if resolved.is_relative_to(folder):
                 rest = resolved.relative_to(folder).parts
-                return None if IGNORED_DIRS.intersection(rest) else folder
+                return None if IGNORED_DIRS.intersection(rest) or self._ignored(folder, rest) else folder
         return None
+
+    def _ignored(self, folder: Path, rest: tuple[str, ...]) -> bool:
+        """Whether a `.gitignore` on the way from `folder` down to the file at `rest` ignores it."""
+        here = folder
+        for depth in range(len(rest)):
+            spec = self._ignore_spec(here)
+            if spec is not None and spec.match_file("/".join(rest[depth:])):
+                return True
+            here = here / rest[depth]
+        return False
+
+    def _ignore_spec(self, directory: Path) -> GitIgnoreSpec | None:
+        """The patterns of `directory`'s .gitignore (None: it has none)."""
+        path = directory / ".gitignore"
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            return None
+        cached = self._ignores.get(directory)
+        if cached is None or cached[0] != mtime:
+            try:
+                spec: GitIgnoreSpec | None = GitIgnoreSpec.from_lines(path.read_text(encoding="utf-8").splitlines())
+            except (OSError, UnicodeDecodeError, ValueError):
+                spec = None
+            cached = self._ignores[directory] = (mtime, spec)
+        return cached[1]
 
     def read(self, path: Path) -> str | None:
         """The text of a file inside the workspace, or None (outside it, ignored, too big,

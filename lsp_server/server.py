@@ -138,6 +138,7 @@ def stats(ls: DiffusionServer, *args: object) -> dict[str, object]:
         "engine_calls": ls.fills.engine_calls,
         "answers": dict(ls.fills.answers),  # answers given, by source (lsp_server/reuse.py)
         "ahead_fills": ls.fills.ahead_fills,  # fills made ahead of the user, apart from engine_calls
+        "encoded_ahead": dict(ls.fills.encoded_ahead),  # repository context encoded at a pause: done, stopped
         "model_loaded": ls.fills.engine is not None,
         "model": ls.fills.where,  # where fills come from
         "load_error": ls.fills.load_error,

@@ -43,9 +43,10 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
 from engine.candidate import Candidate, confident_head
 from engine.edits import Edit, EditRequest, suggest_edits
@@ -69,10 +70,10 @@ log = logging.getLogger(__name__)
 # docs/server.md, While you type). The held-out eval's 0.16 kept nine in ten right fills.
 DEFAULT_MIN_CONFIDENCE = 0.25
 HELD_LOG_INTERVAL_S = 60.0  # a fill held back is logged at info level at most this often
-REBUILD_S = 30.0  # repository context is chosen again at least this often, even on one line (at a pause)
-TYPING_PAUSE_S = 2.0  # a document edited this recently is being typed in: its repository context is kept
+TYPING_PAUSE_S = 2.0  # no request or edit in a document for this long: a pause (its repository context is chosen again)
 
 Drafts = Callable[[int, list[str]], None]
+T = TypeVar("T")
 
 
 @dataclass
@@ -85,19 +86,11 @@ class OpenDocument:
     edits: int = 0  # edits so far: an answer for a text the document has left is dropped
     asked: bool = False  # the user asked for a suggestion (diffusion.suggestNow): the next is Invoked
     history: EditHistory | None = None  # its recent edits (next edit suggestions read the last)
-    context: ContextBlock | None = None  # the repository context its fills get now (FillService.pieces)
+    context: list[tuple[str, str]] | None = None  # the repository context its fills get now (FillService.pieces)
+    choose: Callable[[], list[tuple[str, str]]] | None = None  # ... as chosen at its last request's place
+    last: InfillRequest | None = None  # its last request with repository context: a pause encodes ahead there
+    pause: asyncio.TimerHandle | None = None  # the look for a pause after its last request (`_paused`)
     edited_at: float = float("-inf")  # time.monotonic() of its last edit
-
-
-@dataclass(frozen=True)
-class ContextBlock:
-    """Repository context chosen for a document: kept while the user types in it, on any
-    line, and while the cursor stays on `line` (for REBUILD_S at most), so that the tokens
-    it lays out first stay cached across keystrokes (FillService.pieces)."""
-
-    line: int
-    pieces: list[tuple[str, str]]
-    made: float
 
 
 @dataclass(frozen=True)
@@ -152,6 +145,8 @@ class FillService:
         self.engine_calls = 0
         self.answers: Counter[str] = Counter()  # answers given, by where they came from (reuse: MODEL, KEPT, ...)
         self.ahead_fills = 0  # fills made ahead of the user (`_ahead`), apart from engine_calls
+        self.encoded_ahead = Counter[str]()  # repository context encoded at a pause (`_warm`): done, stopped
+        self._submitted = 0  # work handed to the worker so far: a warm stops when more comes (`_submit`)
         self.docs: dict[str, OpenDocument] = {}
         self.repository = Repository()  # the workspace's files, for repository context
         self._lock = threading.Lock()
@@ -231,30 +226,31 @@ class FillService:
     def pieces(
         self,
         uri: str,
-        line: int,
         files: Callable[[], list[tuple[str, str]]],
         prefix: str,
         suffix: str,
         current: str,
         recent: Callable[[], list[tuple[str, int]]] | None = None,
     ) -> list[tuple[str, str]]:
-        """The repository context for a fill on `line` of the document: the block chosen
-        before while the user is typing (an edit within TYPING_PAUSE_S, whatever the line:
-        the block comes first in the prompt, and a new one would be encoded again whole), or
-        while the cursor is still on its line (for REBUILD_S at most); else, at a pause, the
-        pieces of `files()` engine.repository.select chooses now (`recent()`: lines edited
-        lately in other documents; both asked only then, not on every keystroke)."""
-        record = self.document(uri)
-        block, now = record.context, time.monotonic()
-        typing = now - record.edited_at < TYPING_PAUSE_S
-        if block is not None and (typing or (block.line == line and now - block.made < REBUILD_S)):
-            return block.pieces
+        """The repository context for a fill of the document at `prefix`|`suffix`: the
+        block its fills get now, whatever the line (it comes first in the prompt, and a new
+        one is encoded again whole; in a real project the windows most like the code around
+        the cursor change every few lines). It is chosen at the document's first fill, then
+        again only at a pause (`_paused`), at the place of the request before it: the pieces
+        of `files()` engine.repository.select chooses there (`recent()`: lines edited
+        lately in other documents; both asked only then, never on a keystroke)."""
         engine = self.engine
         budget = engine.repository_chars() if engine is not None else 0
-        lately = recent() if recent is not None else []
-        chosen = select(files(), prefix, suffix, budget, current, lately) if budget > 0 else []
-        record.context = ContextBlock(line, chosen, now)
-        return chosen
+
+        def choose() -> list[tuple[str, str]]:
+            lately = recent() if recent is not None else []
+            return select(files(), prefix, suffix, budget, current, lately) if budget > 0 else []
+
+        record = self.document(uri)
+        record.choose = choose
+        if record.context is None:
+            record.context = choose()
+        return record.context
 
     def opened(self, uri: str, text: str) -> None:
         """The document opened as `text`: its edit history starts here."""
@@ -311,7 +307,9 @@ class FillService:
         """The document closed: its fill stops and its record goes."""
         self.cancel(uri)
         with self._lock:
-            self.docs.pop(uri, None)
+            record = self.docs.pop(uri, None)
+        if record is not None and record.pause is not None:
+            record.pause.cancel()
 
     # -- the one fill entry
     async def fill(
@@ -336,6 +334,24 @@ class FillService:
             job = Job.at(req, kind)
             return await self._run_job(uri, job, holes, on_draft)
         record = self.document(uri)
+        if record.choose is None:
+            return await self._answer(uri, record, req, kind, on_draft, holes)
+        record.last = req  # a document with repository context: a pause is looked for after the answer
+        try:
+            return await self._answer(uri, record, req, kind, on_draft, holes)
+        finally:
+            self._pause_later(uri, record, TYPING_PAUSE_S)
+
+    async def _answer(
+        self,
+        uri: str,
+        record: OpenDocument,
+        req: InfillRequest,
+        kind: FillKind,
+        on_draft: Drafts | None,
+        holes: Sequence[Span],
+    ) -> FillAnswer | None:
+        """`fill` for a request that supersedes."""
         seen = record.edits
         answer, source = await self._reused(record, req, kind) if kind.type_through and not holes else (None, MODEL)
         if answer is None:
@@ -363,7 +379,7 @@ class FillService:
         record = self.document(uri)
         seen = record.edits
         try:
-            edits = await asyncio.wrap_future(self.worker.submit(suggest_edits, engine, req, FillControl()))
+            edits = await asyncio.wrap_future(self._submit(suggest_edits, engine, req, FillControl()))
         except Exception:  # an engine bug: logged, no edits, the server goes on
             log.exception("edits failed for %s", uri)
             return None
@@ -407,15 +423,75 @@ class FillService:
             return  # the worker is busy with this document's fill (or one ahead already)
         ahead = Job.at(replace(req, prefix=prefix, document=None, candidates=1), INLINE, lead, len(shown))
         self.begin(uri, ahead)
-        ahead.future = asyncio.wrap_future(self.worker.submit(self._run, uri, ahead, (), None))
+        ahead.future = asyncio.wrap_future(self._submit(self._run, uri, ahead, (), None, stops_warm=False))
         ahead.future.add_done_callback(lambda f: f.cancelled() or f.exception())  # logged in _run
+
+    def _submit(self, fn: Callable[..., T], *args: object, stops_warm: bool = True) -> Future[T]:
+        """Hand work to the worker (one at a time). Work the user waits for stops a warm
+        running or waiting there at its next part (`_warm`); a fill made ahead, idle work
+        too, waits its turn."""
+        self._submitted += int(stops_warm)
+        return self.worker.submit(fn, *args)
+
+    def _pause_later(self, uri: str, record: OpenDocument, delay: float) -> None:
+        """Look for a pause in the document `delay` seconds from now (the look set before goes)."""
+        if record.pause is not None:
+            record.pause.cancel()
+        record.pause = asyncio.get_running_loop().call_later(delay, self._paused, uri, record)
+
+    def _paused(self, uri: str, record: OpenDocument) -> None:
+        """On the event loop, TYPING_PAUSE_S after the answer to the document's last request:
+        unless it was edited since (then look again later), the user has paused. The
+        repository context is chosen again at that request's place; a new block is encoded
+        there on the worker in the idle time (`encodeWhenIdle`) and is the document's once
+        it is, so that a keystroke never waits for it; without that, it is the document's
+        at once and the next fill encodes it."""
+        record.pause = None
+        if self.docs.get(uri) is not record or record.choose is None or record.last is None:
+            return
+        wait = record.edited_at + TYPING_PAUSE_S - time.monotonic()
+        if wait > 0:
+            self._pause_later(uri, record, wait)
+            return
+        try:
+            chosen = record.choose()
+        except Exception:  # a bug choosing context: logged, the block stays, the server goes on
+            log.exception("choosing repository context failed for %s", uri)
+            return
+        if chosen == record.context:
+            return
+        if not self.settings.encode_when_idle or self.engine is None:
+            record.context = chosen
+            return
+        seen = self._submitted
+        req = replace(record.last, extra_files=chosen, candidates=1, retry_candidates=0, previous=None)
+        self.worker.submit(self._warm, uri, record, req, lambda: self._submitted != seen)
+
+    def _warm(self, uri: str, record: OpenDocument, req: InfillRequest, stop: Callable[[], bool]) -> None:
+        """On the worker: encode a fill of `req` ahead (Engine.warm), stopping when other
+        work comes; once it is all encoded, `req`'s repository context is the document's."""
+        engine = self.engine
+        if engine is None:
+            return
+        started = time.perf_counter()
+        try:
+            done = not stop() and engine.warm(req, stop)
+        except Exception:  # a bug encoding ahead: logged; the next fill encodes the block itself
+            log.exception("encoding repository context ahead failed for %s", uri)
+            done = True
+        self.encoded_ahead["done" if done else "stopped"] += 1
+        log.debug(
+            "repository context encoded ahead for %s: %s in %.0f ms", uri, done, 1000 * (time.perf_counter() - started)
+        )
+        if done and self.docs.get(uri) is record:
+            record.context = req.extra_files
 
     async def _run_job(self, uri: str, job: Job, holes: Sequence[Span], on_draft: Drafts | None) -> FillAnswer | None:
         """Run `job` on the worker and wait for it. A request cancelled ($/cancelRequest)
         stops waiting; a fill that supersedes goes on (the user may be typing into it,
         and the next request waits for it), others stop."""
         await self.wait_ready()
-        job.future = asyncio.wrap_future(self.worker.submit(self._run, uri, job, holes, on_draft))
+        job.future = asyncio.wrap_future(self._submit(self._run, uri, job, holes, on_draft))
         try:
             answer = await asyncio.shield(job.future)
         except asyncio.CancelledError:

@@ -43,6 +43,7 @@ class Settings:
     end_where_unsure: bool = True  # ghost text shown unasked ends before its first token below minConfidence
     middle_priming: bool = True  # the cursor's line as the fill's start: a keystroke appends to the cached context
     repository_context: bool = True  # other open files and the files this one imports, in each fill
+    encode_when_idle: bool = True  # repository context chosen at a pause is encoded then, not by the next keystroke
     quantization: str = "none"  # the transformers backends' checkpoints: "int8" or "4bit" weights
     # a remote engine (docs/remote.md): set `endpoint` and the fills come from it
     endpoint: str | None = None  # http(s) URL of the inference server; None: the local model
@@ -285,6 +286,18 @@ OPTIONS: tuple[Option, ...] = (
             " imports inside the workspace folders (never outside them, nothing ignored, binary or over 200 KB),"
             " the pieces most like the code around the cursor. For models with a format for it (Qwen2.5-Coder's"
             " repository layout) and remote engines that take it. Off: the current file alone."
+        ),
+    ),
+    Option(
+        "encode_when_idle",
+        "encodeWhenIdle",
+        "boolean",
+        description=(
+            "When you pause (2 seconds without typing), choose the repository context again for the cursor's place"
+            " and encode it for the model then, in the idle time, so that no keystroke's suggestion waits for it"
+            " (llama.vim does the same with its ring of chunks); the context changes once it is encoded, and"
+            " typing stops the encoding at once. Off: the next keystroke's fill encodes it. For local models"
+            " that take repository context; nothing is encoded ahead for a remote engine."
         ),
     ),
     Option(

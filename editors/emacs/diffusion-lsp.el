@@ -232,6 +232,16 @@ for it (Qwen2.5-Coder's repository layout) and remote engines that
 take it.  Off: the current file alone."
   :type 'boolean)
 
+(defcustom diffusion-lsp-encode-when-idle t
+  "When you pause (2 seconds without typing), choose the repository
+context again for the cursor's place and encode it for the model then,
+in the idle time, so that no keystroke's suggestion waits for it
+\(llama.vim does the same with its ring of chunks); the context changes
+once it is encoded, and typing stops the encoding at once.  Off: the
+next keystroke's fill encodes it.  For local models that take
+repository context; nothing is encoded ahead for a remote engine."
+  :type 'boolean)
+
 (defcustom diffusion-lsp-fill-ahead t
   "While a suggestion is on screen, make the next one in the idle time,
 as if it had been accepted, so that the suggestion after a Tab is
@@ -319,6 +329,7 @@ booleans are always sent."
                  (:endWhereUnsure . ,(if diffusion-lsp-end-where-unsure t :json-false))
                  (:middlePriming . ,(if diffusion-lsp-middle-priming t :json-false))
                  (:repositoryContext . ,(if diffusion-lsp-repository-context t :json-false))
+                 (:encodeWhenIdle . ,(if diffusion-lsp-encode-when-idle t :json-false))
                  (:fillAhead . ,(if diffusion-lsp-fill-ahead t :json-false))
                  (:endpoint . ,diffusion-lsp-endpoint)
                  (:dialect . ,diffusion-lsp-dialect)

@@ -204,6 +204,20 @@ class LengthPredictor(Protocol):
         ...
 
 
+@runtime_checkable
+class PartEncoder(Protocol):
+    """A denoiser whose cached state can cover the first tokens of a laid-out sequence, so
+    that a context can be encoded ahead of the fill that needs it, a part at a time,
+    stopping between parts (idle time: LocalGenerator.warm)."""
+
+    def prefill_part(self, ids: Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
+        """A state over `ids`, the start of a sequence `layout.ids` laid out, reusing the
+        longest common prefix of `state`'s. For the context cache only: `prefill` of a
+        prompt whose sequence starts with `ids` then encodes only what follows. Never
+        handed to `denoise` or `next_logits`; never mutates `state`."""
+        ...
+
+
 class RandomSource(Protocol):
     """Random numbers in the backend's array type, drawn in a fixed order.
 

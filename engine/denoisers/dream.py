@@ -131,6 +131,18 @@ class DreamDenoiser(OnModelDevice):
         payload = DreamPayload(parts, cache, next_logits)
         return EncodedContext(parts.causal, payload, nbytes=cache_nbytes(cache) if cache is not None else 0)
 
+    def prefill_part(self, ids: Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
+        """The one-token mode's cache over `ids`, the start of a causal sequence (PartEncoder);
+        nothing to cache without that mode."""
+        seq = tuple(int(t) for t in ids)
+        if len(seq) >= self.info.max_positions:
+            raise ValueError(f"context of {len(seq)} tokens exceeds max_positions={self.info.max_positions}")
+        if not self.info.autoregressive or not seq:
+            return EncodedContext(seq, DreamPayload(Parts((), (), seq), None, None), nbytes=0)
+        old = state.payload if state is not None and isinstance(state.payload, DreamPayload) else None
+        cache, logits = self._causal(seq, old)
+        return EncodedContext(seq, DreamPayload(Parts((), (), seq), cache, logits[-1]), nbytes=cache_nbytes(cache))
+
     def denoise(self, state: EncodedContext, canvas_ids: Any, self_cond: Any | None = None) -> torch.Tensor:
         """One bidirectional pass: canvas (B, C) -> float32 logits (B, C, V), the canvas in
         place between the prefix and the suffix."""

@@ -84,6 +84,18 @@ class OnnxLMDenoiser:
             kv, logits = self._causal(parts.causal, old)
         return EncodedContext(parts.causal, Cached(parts, kv, logits), nbytes=_nbytes(kv))
 
+    def prefill_part(self, ids: Sequence[int], state: EncodedContext | None = None) -> EncodedContext:
+        """The one-token mode's cache over `ids`, the start of a causal sequence (PartEncoder);
+        nothing to cache without that mode."""
+        seq = tuple(int(t) for t in ids)
+        if len(seq) >= self.info.max_positions:
+            raise ValueError(f"context of {len(seq)} tokens exceeds max_positions={self.info.max_positions}")
+        if not self.info.autoregressive or not seq:
+            return EncodedContext(seq, Cached(Parts((), (), seq), (), None), nbytes=0)
+        old = state.payload if state is not None and isinstance(state.payload, Cached) else None
+        kv, logits = self._causal(seq, old)
+        return EncodedContext(seq, Cached(Parts((), (), seq), kv, logits), nbytes=_nbytes(kv))
+
     def denoise(self, state: EncodedContext, canvas_ids: Any, self_cond: Any | None = None) -> np.ndarray:
         """One full-attention pass of `before canvas after` for each canvas row: (B, C, V)."""
         parts = self._payload(state).parts

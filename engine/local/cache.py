@@ -55,6 +55,12 @@ class ContextCache:
             _, evicted = self._entries.popitem(last=False)
             self._bytes -= evicted.nbytes
 
+    def discard(self, key: Sequence[int]) -> None:
+        """Drop the state cached for exactly `key`, if any (one a longer state replaces)."""
+        old = self._entries.pop(tuple(key), None)
+        if old is not None:
+            self._bytes -= old.nbytes
+
     def clear(self) -> None:
         self._entries.clear()
         self._bytes = 0

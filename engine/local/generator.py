@@ -34,7 +34,7 @@ import numpy as np
 
 from engine.candidate import LOGPROB_FLOOR, Candidate, scored, spelled, trimmed
 from engine.decoding import CANDIDATE_TEMPERATURE, ONE_TOKEN_STRATEGIES, SamplerConfig
-from engine.denoisers.base import LengthPredictor, Prompt
+from engine.denoisers.base import LengthPredictor, PartEncoder, Prompt
 from engine.denoisers.loading import LoadedModel
 from engine.fill import Engine, FillControl, FillLimits, FillOptions, InfillRequest, InfillResult, Job, distinct
 from engine.local import drafter, resize
@@ -61,6 +61,7 @@ MAX_CHARS_PER_TOKEN = 12  # text farther than budget * this from the cursor is n
 MIDDLE_PRIMING = True  # the default of FillOptions.middle_priming (docs/models.md: measured on the typing benchmark)
 MAX_PRIMED_CHARS = 400  # a longer line is not primed (the prompt's budget is the prefix's)
 REFINE_KEEP = 0.3  # refine: tokens the model gives at least this probability are kept
+WARM_CHUNK = 64  # tokens encoded between two looks at the cancel flag when warming (about 0.4 s on 2 cores)
 REPOSITORY_SHARE = 0.5  # of the context budget for repository context (docs/server.md: measured)
 CHARS_PER_CONTEXT_TOKEN = 3.2  # what the caller selects for that share (the block drops what does not fit)
 # transformers' DiffusionGemmaGenerationConfig defaults (_get_default_generation_params)
@@ -388,6 +389,31 @@ class LocalGenerator:
             rounds=stats.rounds,
             accepted=stats.accepted,
         )
+
+    def warm(self, job: Job) -> bool:
+        """Steps 1-3 of `generate` ahead of the fill (idle time: the server's `encodeWhenIdle`):
+        the context a fill of `job.request` lays out, encoded into the context cache
+        WARM_CHUNK tokens at a time, `job.control.cancel` checked before each, so that a
+        fill that comes meanwhile waits for one part at most and then finds what was done
+        cached. True: all of it is cached (or this model caches nothing ahead); False:
+        cancelled first."""
+        if not isinstance(self.den, PartEncoder):
+            return True
+        req, opts, plan, cancel = job.request, job.options, job.plan, job.control.cancel
+        cfg = self._sampler_for(opts, req, 1, job.warnings, plan is not None and plan.span.multiline)
+        _, ids = self.build_context(opts, req, job.warnings, job.budget, self._priming(opts, req, cfg))
+        state, done = self.cache.lookup(ids)
+        made: tuple[int, ...] | None = None  # the part this call cached last (the next one replaces it)
+        while done < len(ids):
+            if cancel is not None and cancel():
+                return False
+            done = min(len(ids), done + WARM_CHUNK)
+            state = self.den.prefill_part(ids[:done], state)
+            self.cache.put(state)
+            if made is not None:
+                self.cache.discard(made)
+            made = state.token_ids
+        return True
 
     def _fit_options(self, opts: FillOptions) -> tuple[bool, tuple[float, ...], int]:
         """(fit the canvas, the quantiles of the predicted length to fill at, slack):

@@ -1,11 +1,12 @@
 """Repository context through the real server (docs/server.md, Repository context): the file
 the current one imports, read from the workspace folder on disk, goes to the engine (here a
 fake llama.cpp `/infill` endpoint, which shows what it was sent in `input_extra`); a file
-outside the workspace never does; the pieces stay the same while the cursor stays on its
-line; `repositoryContext` off sends none."""
+outside the workspace never does; the pieces stay the same while the user types, and are
+chosen again at a pause; `repositoryContext` off sends none."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from lsprotocol import types
 from pytest_lsp import LanguageClient, client_capabilities
 from pytest_lsp.client import make_test_lsp_client
 
+from lsp_server.service import TYPING_PAUSE_S
 from tests.fake_engine import Engine, json_reply, serve
 
 STOCK = "RECOUNT_BATCH = 40\n\n\ndef write_off_value(line, keep_fraction):\n    return line * keep_fraction\n"
@@ -91,6 +93,29 @@ async def test_the_imported_file_goes_along_and_the_outside_one_never(fake: Engi
         assert not any("outside the workspace" in e["text"] for e in extra)
         await ask(client, uri, MAIN + "s", 2)  # a keystroke on the same line: the same pieces
         assert fake.seen[-1].body["input_extra"] == extra
+    finally:
+        await client.shutdown_session()
+
+
+async def test_a_file_opened_meanwhile_joins_at_the_next_pause_not_at_the_next_keystroke(
+    fake: Engine, project: Path
+) -> None:
+    client = await started(fake, project)
+    try:
+        uri = (project / "main.py").as_uri()
+        await ask(client, uri, MAIN, 1)
+        first = fake.seen[-1].body["input_extra"]
+        notes = "def loss_ratio(lines):\n    return write_off_value(lines, 0.5) / RECOUNT_BATCH\n"
+        client.text_document_did_open(
+            types.DidOpenTextDocumentParams(types.TextDocumentItem((project / "notes.py").as_uri(), "python", 1, notes))
+        )
+        asked = len(fake.seen)
+        await ask(client, uri, MAIN + "x", 2)
+        assert len(fake.seen) == asked + 1 and fake.seen[-1].body["input_extra"] == first  # typing: it stays
+        await asyncio.sleep(TYPING_PAUSE_S + 0.5)  # a pause: chosen again (a remote engine encodes nothing ahead)
+        await ask(client, uri, MAIN + "xy", 3)
+        assert len(fake.seen) == asked + 2  # (not the fill's start: the engine's answer, not the type-through)
+        assert [e["filename"] for e in fake.seen[-1].body["input_extra"]] == ["notes.py", "stock.py"]
     finally:
         await client.shutdown_session()
 

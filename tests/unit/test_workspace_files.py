@@ -55,6 +55,37 @@ def test_what_is_never_read(workspace: tuple[Repository, Path], name: str, conte
     assert repo.read(path) is None
 
 
+@pytest.mark.parametrize(
+    ("ignores", "name", "read"),
+    [
+        ({".gitignore": "secrets.py\n"}, "secrets.py", False),
+        ({".gitignore": "secrets.py\n"}, "pkg/secrets.py", False),  # a name without a slash: at any depth
+        ({".gitignore": "/secrets.py\n"}, "pkg/secrets.py", True),  # anchored to the folder
+        ({".gitignore": "generated/\n"}, "pkg/generated/api.py", False),  # under an ignored folder
+        ({".gitignore": "*.py\n!keep.py\n"}, "keep.py", True),  # taken back
+        ({"pkg/.gitignore": "local_*.py\n"}, "pkg/local_settings.py", False),  # a nested .gitignore
+        ({"pkg/.gitignore": "local_*.py\n"}, "local_settings.py", True),  # ... only below it
+        ({}, "secrets.py", True),
+    ],
+)
+def test_what_a_gitignore_ignores_is_never_read(
+    workspace: tuple[Repository, Path], ignores: dict[str, str], name: str, read: bool
+) -> None:
+    repo, root = workspace
+    write(root, {**ignores, name: "API_KEY = 'x'\n"})
+    assert (repo.read(root / name) is not None) == read
+    assert (root / name in repo.imported(root / "main.py", f"import {name[:-3].replace('/', '.')}\n", "python")) == read
+
+
+def test_a_changed_gitignore_is_read_again(workspace: tuple[Repository, Path]) -> None:
+    repo, root = workspace
+    write(root, {"a.py": "x = 1\n", ".gitignore": "b.py\n"})
+    assert repo.read(root / "a.py") == "x = 1\n"
+    (root / ".gitignore").write_text("a.py\n")
+    os.utime(root / ".gitignore", (1, 1))
+    assert repo.read(root / "a.py") is None
+
+
 def test_a_changed_file_is_read_again(workspace: tuple[Repository, Path]) -> None:
     repo, root = workspace
     path = root / "a.py"

@@ -27,6 +27,7 @@ const SERVER_KEYS = [
   "endWhereUnsure",
   "middlePriming",
   "repositoryContext",
+  "encodeWhenIdle",
   "fillAhead",
   "endpoint",
   "dialect",
