@@ -17,6 +17,11 @@ times are what the fills cost. Never asserted in tests.
 
     python bench/idle_encoding.py --model .weights-cache/qwen2.5-coder-0.5b-int8 --workspace DIR \\
         --files lsp_server/service.py,lsp_server/actions.py,engine/local/generator.py
+    python bench/idle_encoding.py --model .weights-cache/qwen2.5-coder-0.5b-int8 --part-cost 1000
+
+`--part-cost TOKENS`: in-process, a context of TOKENS tokens encoded whole (as a fill
+encodes it) and in the warm's parts, and how long one part takes (what a keystroke that
+comes during a warm waits at most).
 """
 
 from __future__ import annotations
@@ -131,6 +136,46 @@ async def _ask(client: Any, uri: str, line: int, col: int) -> Any:
     return await client.text_document_inline_completion_async(params)
 
 
+def part_cost(model: Path, tokens: int, runs: int) -> dict[str, Any]:
+    """In-process: encoding a context of `tokens` tokens (this file's text, one layout's
+    sequence) whole, as a fill does (engine.denoisers.kv ENCODE_CHUNK a pass), and in
+    WARM_CHUNK parts, as a warm does, the cancel flag looked at between parts; medians of
+    `runs`, and the longest a fill that comes meanwhile waits (one part)."""
+    from engine.denoisers.loading import load_model
+    from engine.fill import FillOptions, InfillRequest
+    from engine.local.generator import WARM_CHUNK, local_engine
+
+    loaded = load_model(model)
+    text = Path(__file__).read_text(encoding="utf-8")
+    ids = loaded.tokenizer.encode(text)[:tokens]
+    prefix = loaded.tokenizer.decode(ids)
+    req = InfillRequest(prefix=prefix, suffix="\n")
+    opts = FillOptions(canvas_tokens=1, context_tokens=tokens + 16, middle_priming=False)
+    whole, parts, part = [], [], []
+    for _ in range(runs):
+        engine = local_engine(loaded, opts)
+        whole.append(engine.fill(req).encode_ms / 1000)
+        engine = local_engine(loaded, opts)
+        looks: list[float] = []
+
+        def look(looks: list[float] = looks) -> bool:
+            looks.append(time.perf_counter())
+            return False
+
+        t = time.perf_counter()
+        engine.warm(req, cancel=look)
+        parts.append(time.perf_counter() - t)
+        part += [b - a for a, b in zip(looks, looks[1:], strict=False)]
+    return {
+        "tokens": len(ids),
+        "part_tokens": WARM_CHUNK,
+        "whole_s_p50": round(statistics.median(whole), 3),
+        "in_parts_s_p50": round(statistics.median(parts), 3),
+        "one_part_s_p50": round(statistics.median(part), 3),
+        "one_part_s_max": round(max(part), 3),
+    }
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", type=Path, required=True, help="model directory (the server's model setting)")
@@ -140,7 +185,14 @@ def main() -> int:
     p.add_argument("--pause-s", type=float, default=10.0, help="the pause before the last key")
     p.add_argument("--modes", default=",".join(MODES), help="of " + ", ".join(MODES))
     p.add_argument("--settings", type=json.loads, default={}, help="more diffusionLsp settings (JSON)")
+    p.add_argument("--part-cost", type=int, metavar="TOKENS", help="measure encoding whole and in parts instead")
+    p.add_argument("--runs", type=int, default=3, help="runs of --part-cost")
     args = p.parse_args()
+    if args.part_cost:
+        cost = {"when": time.strftime("%Y-%m-%d %H:%M"), "model": str(args.model)}
+        json.dump({**cost, **part_cost(args.model, args.part_cost, args.runs)}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
     files = args.files.split(",")
     report: dict[str, Any] = {
         "when": time.strftime("%Y-%m-%d %H:%M"),

@@ -283,7 +283,8 @@ OPTIONS: tuple[Option, ...] = (
         "boolean",
         description=(
             "Give each fill pieces of your other files: the other open documents and the files the current one"
-            " imports inside the workspace folders (never outside them, nothing ignored, binary or over 200 KB),"
+            " imports inside the workspace folders (never outside them, nothing ignored by `.gitignore`, binary or"
+            " over 200 KB),"
             " the pieces most like the code around the cursor. For models with a format for it (Qwen2.5-Coder's"
             " repository layout) and remote engines that take it. Off: the current file alone."
         ),

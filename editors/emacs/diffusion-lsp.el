@@ -226,10 +226,10 @@ fill in the prefix-suffix-middle order one token at a time
 (defcustom diffusion-lsp-repository-context t
   "Give each fill pieces of your other files: the other open documents
 and the files the current one imports inside the workspace folders
-\(never outside them, nothing ignored, binary or over 200 KB), the
-pieces most like the code around the cursor.  For models with a format
-for it (Qwen2.5-Coder's repository layout) and remote engines that
-take it.  Off: the current file alone."
+\(never outside them, nothing ignored by `.gitignore', binary or over
+200 KB), the pieces most like the code around the cursor.  For models
+with a format for it (Qwen2.5-Coder's repository layout) and remote
+engines that take it.  Off: the current file alone."
   :type 'boolean)
 
 (defcustom diffusion-lsp-encode-when-idle t

@@ -6,6 +6,11 @@ by line, for as long as the canvas lets it, and the span check then refuses the 
 fill. The one-token loops ask `Echo` after each token with a line break: once the fill so
 far ends with the suffix's first whole line(s), the row ends, keeping what came before
 (the fill followed by the suffix would hold those lines twice, so nothing is lost).
+
+Where one token wrote both the fill's last characters and the echo's first (Qwen's `:\n`
+or `);\n` before a repeated line), the row keeps that token and `text_end` says where its
+text ends, so that the candidate is cut there (engine.candidate.trimmed keeps a token that
+wrote part of the kept text): the `:` is the fill's, the line break the suffix's.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ class Echo:
         head = suffix[:ECHO_WINDOW]
         # the suffix's starts that end a line and hold text, longest first
         self._starts = [head[: i + 1] for i, ch in enumerate(head) if ch == "\n" and head[: i + 1].strip()][::-1]
+        self._ends: dict[tuple[int, ...], int] = {}  # rows ended inside a token: their text's length
 
     def __call__(self, row: np.ndarray | Sequence[int]) -> int | None:
         """None: the row goes on; else how many of its tokens to keep (it ends there)."""
@@ -47,4 +53,12 @@ class Echo:
         n = len(ids) - 1
         while n > 0 and not kept.startswith(self._tok.decode(ids[:n])):
             n -= 1
+        if self._tok.decode(ids[:n]) != kept:  # token n wrote the fill's end and the echo's start
+            n += 1
+            self._ends[tuple(ids[:n])] = len(kept)
         return n
+
+    def text_end(self, ids: Sequence[int]) -> int | None:
+        """Where the text of a row that this echo ended (its kept tokens `ids`) ends, when
+        that is inside its last token; None: at its end."""
+        return self._ends.get(tuple(int(t) for t in ids))

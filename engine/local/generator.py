@@ -366,11 +366,12 @@ class LocalGenerator:
             canvas, fixed = self._sized_rows(canvas, lengths)
         one_line = plan is not None and not plan.span.multiline
         stats = VerifyStats()
+        echo = Echo(self.tok, req.suffix)  # the one-token loops stop where the fill repeats the suffix
         result = self._sample(
-            job, cfg, rng, state, canvas, fixed, proposal, row_temperature, prompt, stats, one_line, greedy, heal
+            job, cfg, rng, state, canvas, fixed, proposal, row_temperature, prompt, stats, one_line, greedy, heal, echo
         )
         # 6. decode and rank
-        ranked, scored = self._ranked(job.control, result, state, greedy, heal.text if heal is not None else "")
+        ranked, scored = self._ranked(job.control, result, state, greedy, heal.text if heal is not None else "", echo)
         t2 = time.perf_counter()
         passes = result.steps if cfg.strategy in ONE_TOKEN_STRATEGIES else result.steps + 1
         return InfillResult(
@@ -526,6 +527,7 @@ class LocalGenerator:
         one_line: bool = False,
         greedy: int = 1,
         heal: Heal | None = None,
+        echo: Echo | None = None,
     ) -> SampleResult:
         """The sampler's run over the B candidate rows: one token at a time in the
         autoregressive mode, or drafts of the canvas verified by that mode (a row ends
@@ -553,7 +555,7 @@ class LocalGenerator:
             stop_after=self.tok.line_break_ids if one_line else frozenset(),  # the one-token loops only
             line_ends=self.tok.line_break_ids,  # the deadline lets one token at a time finish a line of text
             blanks=self.tok.blank_ids,
-            echo=Echo(self.tok, job.request.suffix),  # the one-token loop stops where the fill repeats the suffix
+            echo=echo,
             heal=heal,
         )
         if cfg.strategy == "autoregressive" and not job.request.refine:
@@ -574,7 +576,13 @@ class LocalGenerator:
         return run(self.den, state, canvas, cfg, rng, fixed=fixed, draft=draft, steer=steer)
 
     def _ranked(
-        self, control: FillControl, result: SampleResult, state: Any, greedy: int = 1, healed: str = ""
+        self,
+        control: FillControl,
+        result: SampleResult,
+        state: Any,
+        greedy: int = 1,
+        healed: str = "",
+        echo: Echo | None = None,
     ) -> tuple[list[Candidate], int]:
         """(candidates, scoring passes): each row cut at end-of-fill and decoded, with its
         confidence (engine.candidate.scored) from the probabilities its tokens were chosen
@@ -584,9 +592,10 @@ class LocalGenerator:
         likelihood that mode gives them, teacher-forced, end-of-fill counted (a sharper
         judge than the canvas's; each distinct text scored once in one pass); without
         it, greedy row 0 stays first. `healed`: the characters each row spelled first,
-        which are not the fill's (engine.local.heal)."""
+        which are not the fill's (engine.local.heal); `echo`: where a row it ended inside a
+        token ends its text."""
         rows = zip(result.tokens, result.confidence, strict=True)
-        cands = [self._candidate(row, conf, healed) for row, conf in rows]
+        cands = [self._candidate(row, conf, healed, echo) for row, conf in rows]
         late = control.deadline is not None and time.monotonic() >= control.deadline
         unique = distinct(cands)
         scored_passes = 0
@@ -607,18 +616,23 @@ class LocalGenerator:
         head = best(cands[:greedy]) if scored_passes else cands[:greedy]
         return [*head, *best(cands[greedy:])], scored_passes
 
-    def _candidate(self, row: np.ndarray, conf: np.ndarray, healed: str = "") -> Candidate:
+    def _candidate(self, row: np.ndarray, conf: np.ndarray, healed: str = "", echo: Echo | None = None) -> Candidate:
         """A decoded row with its confidence from each token's probability when it was
         chosen (the one-token mode's, the verifier's or the canvas's lock), end-of-fill's
         included when the row ended there (not at the canvas's end or a line break).
         A row that spelled `healed` first is the text after it (its tokens kept, as a
-        trimmed start keeps them); one stopped before it had spelled it all is empty."""
+        trimmed start keeps them); one stopped before it had spelled it all is empty. A
+        row `echo` ended inside a token is cut where its fill ends (engine.local.echo)."""
         text, n = self._decode_row(row)
         probs = [float(x) for x in conf[:n]]
         if n < len(row) and int(row[n]) == self.tok.special.eof:
             probs.append(float(conf[n]))
         cand = Candidate(text, [int(t) for t in row[:n]], probs[:n])
         cand = scored(cand, [float(np.log(max(p, 1e-30))) for p in probs])
+        end = echo.text_end(cand.token_ids) if echo is not None else None
+        if end is not None:
+            cand = trimmed(spelled(cand, self.tok), end=end)
+            text = cand.text
         if not healed:
             return cand
         if not text.startswith(healed):

@@ -279,12 +279,12 @@ def select_span(text: str, cursor: int, lang: Language, tree: Any | None = None)
         if bracket and (bracket[0] in "([" or _is_literal_brace(bracket[1])):
             return one_line(_bracket_kind(bracket))
         return block
+    if bracket and bracket[0] in "([":  # inside an open call or list: a `:` there opens no block (`def f(a:‸`)
+        return one_line(_bracket_kind(bracket))
     if _opens_block(line.before, lang):
         return block
     if bracket and bracket[0] == "{" and line.before.rstrip().endswith("{"):  # `x = {‸`
         return one_line("expression")
-    if bracket and bracket[0] in "([":
-        return one_line(_bracket_kind(bracket))
     if _after_operator(line.before):
         return one_line("expression")
     return one_line("statement")

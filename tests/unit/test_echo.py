@@ -4,6 +4,8 @@ in the one-token loop and through the engine."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -44,8 +46,10 @@ def test_the_row_ends_before_the_suffix_s_first_whole_line() -> None:
     assert echo(row[:2]) is None  # a blank line is no repeat
     assert echo(row) == 1  # "x = 1" kept
     assert echo(TOK.ids("x = 1", "\n    b = 2\n")) == 1
-    # the repeat starts inside a token: the tokens whose text is all before it are kept
-    assert echo(TOK.ids("x = 1", "\n\n", "    b = 2", "\n")) == 1
+    # the repeat starts inside a token: that token is kept, and the fill's text ends where it starts
+    inside = TOK.ids("x = 1", "\n\n", "    b = 2", "\n")
+    assert echo(inside) == 2 and echo.text_end(inside[:2]) == len("x = 1\n")
+    assert echo.text_end(row[:1]) is None  # ended between tokens: the text is theirs
     assert echo(TOK.ids("\n", "    b = 2", "\n")) == 0  # all of it a repeat: an empty fill
     assert echo(TOK.ids("x = 1", "\n", "    c = 3", "\n")) is None  # another line
     assert Echo(TOK, "")(row) is None and Echo(TOK, "\n\n  \n")(row) is None
@@ -68,3 +72,27 @@ def test_the_one_token_loop_stops_at_the_repeat() -> None:
 
 def test_echo_takes_numpy_rows() -> None:
     assert Echo(TOK, SUFFIX)(np.asarray(TOK.ids("x = 1", "\n    b = 2\n"), dtype=np.int64)) == 1
+
+
+def test_a_fill_whose_last_token_also_starts_the_repeat_keeps_its_own_characters() -> None:
+    """Qwen writes `):` and the line break in one token before repeating the body that
+    follows the cursor: the candidate ends with the `:` (it was dropped with the token, and
+    the span check then refused the fill), its tokens kept in step."""
+    from engine.denoisers.loading import LoadedModel
+    from engine.local.generator import LocalGenerator
+
+    pieces = ["<eof>", "<pad>", "<mask>", "def f(a", "):\n", "    return a\n", "x"]
+    tok = Pieces(pieces)
+    tok.special = SimpleNamespace(eof=0, pad=1, mask=2)  # type: ignore[attr-defined]
+    suffix = "\n    return a\n"
+    echo = Echo(tok, suffix)
+    row = np.asarray(tok.ids("def f(a", "):\n", "    return a\n"), dtype=np.int64)
+    keep = echo(row)
+    assert keep == 2
+    row[keep:] = [0]  # end-of-fill where the echo ended the row (Steering.ended_by_echo)
+    model = LoadedModel(Path("fake"), tok, SimpleNamespace(), "fake", {})  # type: ignore[arg-type]
+    gen = LocalGenerator(model)
+    cand = gen._candidate(row, np.full(3, 0.9, dtype=np.float32), echo=echo)
+    assert cand.text == "def f(a):" and cand.token_ids == tok.ids("def f(a", "):\n")
+    assert cand.token_texts == ["def f(a", "):"] and len(cand.confidence) == 2
+    assert gen._candidate(row, np.full(3, 0.9, dtype=np.float32)).text == "def f(a):\n"  # without the echo: as written
