@@ -21,6 +21,10 @@ as far as document URIs.
   recent fills (type-through, a fill at this very place, the fill made ahead) or from its
   running fill before a fill of its own; while a suggestion is on screen the next one is
   filled ahead (`_ahead`).
+- Repository context (docs/server.md, Repository context): a document's block is chosen at
+  its first fill and kept on every keystroke (`pieces`); at a pause (`_paused`), it is
+  chosen again at the last request's place, and a new one is encoded ahead on the worker
+  in the idle time (`_warm`, Engine.warm), which any work the user waits for stops.
 - The engine is an `engine.fill.Engine`, whatever it fills with (the local model or a
   remote server): its options are mapped from the settings here, once per change.
 - What the user must be told (an engine fault, once) goes to `notify`: the server's one
@@ -441,15 +445,18 @@ class FillService:
 
     def _paused(self, uri: str, record: OpenDocument) -> None:
         """On the event loop, TYPING_PAUSE_S after the answer to the document's last request:
-        unless it was edited since (then look again later), the user has paused. The
-        repository context is chosen again at that request's place; a new block is encoded
-        there on the worker in the idle time (`encodeWhenIdle`) and is the document's once
-        it is, so that a keystroke never waits for it; without that, it is the document's
-        at once and the next fill encodes it."""
+        unless it was edited since or a fill is running for it (then look again later), the
+        user has paused. The repository context is chosen again at that request's place; a
+        new block is encoded there on the worker in the idle time (`encodeWhenIdle`) and is
+        the document's once it is, so that a keystroke never waits for it; without that, it
+        is the document's at once and the next fill encodes it."""
         record.pause = None
         if self.docs.get(uri) is not record or record.choose is None or record.last is None:
             return
         wait = record.edited_at + TYPING_PAUSE_S - time.monotonic()
+        job = record.job
+        if job is not None and job.future is not None and not job.future.done():
+            wait = TYPING_PAUSE_S  # a fill is running for it (a slow answer waited for, or one made ahead)
         if wait > 0:
             self._pause_later(uri, record, wait)
             return
@@ -465,7 +472,7 @@ class FillService:
             return
         seen = self._submitted
         req = replace(record.last, extra_files=chosen, candidates=1, retry_candidates=0, previous=None)
-        self.worker.submit(self._warm, uri, record, req, lambda: self._submitted != seen)
+        self.worker.submit(self._warm, uri, record, req, lambda: self._submitted != seen)  # idle work: not counted
 
     def _warm(self, uri: str, record: OpenDocument, req: InfillRequest, stop: Callable[[], bool]) -> None:
         """On the worker: encode a fill of `req` ahead (Engine.warm), stopping when other

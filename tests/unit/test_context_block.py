@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
 
 from engine.fill import InfillRequest
 from lsp_server import service
-from lsp_server.service import TYPING_PAUSE_S, FillService
+from lsp_server.reuse import Job
+from lsp_server.service import INLINE, TYPING_PAUSE_S, FillService
 from lsp_server.settings import Settings
 
 URI = "file:///project/main.py"
@@ -132,6 +134,12 @@ def test_a_block_stopped_part_way_is_not_used_and_a_pause_while_typing_is_no_pau
     fills._pause_later = lambda uri, record, delay: looked.append(delay)  # type: ignore[method-assign]
     fills._paused(URI, fills.document(URI))
     assert looked == [pytest.approx(TYPING_PAUSE_S / 2)] and len(asked) == 1  # not chosen again
+    clock[0] += TYPING_PAUSE_S
+    running = fills.document(URI).job = Job.at(fills.document(URI).last, INLINE)  # type: ignore[arg-type]
+    running.future = Future()
+    fills._paused(URI, fills.document(URI))  # a fill is running for it: the user waits for it, no pause
+    assert looked[-1] == TYPING_PAUSE_S and len(asked) == 1
+    running.future.set_result(None)
     clock[0] += TYPING_PAUSE_S
     engine.go.clear()  # the warm starts, then a keystroke's fill is handed to the worker
     fills._paused(URI, fills.document(URI))
