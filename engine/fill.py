@@ -259,9 +259,10 @@ class Engine:
     def warm(self, req: InfillRequest, cancel: Callable[[], bool] | None = None) -> bool:
         """Encode ahead, in idle time, what a fill of `req` would encode first (its context,
         laid out as the fill lays it out), so that the fill finds it cached: the generator's
-        `warm`, checking `cancel` between parts. True: done, or nothing to do (a generator
-        that keeps no cache, a remote engine; a language the model does not know); False:
-        cancelled first."""
+        `warm` (the local model's, in parts, checking `cancel` between them; llama.cpp's
+        server's, in one request that writes nothing). True: done, or nothing to do (a
+        generator that keeps no cache, a remote dialect that does not warm, a language the
+        model does not know); False: cancelled first."""
         warm = getattr(self.generator, "warm", None)
         if not callable(warm) or not self._knows(req.language):
             return True

@@ -239,7 +239,9 @@ in the idle time, so that no keystroke's suggestion waits for it
 \(llama.vim does the same with its ring of chunks); the context changes
 once it is encoded, and typing stops the encoding at once.  Off: the
 next keystroke's fill encodes it.  For local models that take
-repository context; nothing is encoded ahead for a remote engine."
+repository context, and for llama.cpp's server (dialect
+`llama-infill'), which is sent the pieces ahead in a request that
+writes nothing, for its prompt cache."
   :type 'boolean)
 
 (defcustom diffusion-lsp-fill-ahead t

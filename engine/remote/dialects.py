@@ -70,6 +70,9 @@ class Dialect:
     takes_n: ClassVar[bool] = True  # asks for several candidates with `n`
     takes_stop: ClassVar[bool] = True  # sends `stop` for a one-line span
     takes_extra_files: ClassVar[bool] = False  # sends other files as repository context
+    # ... and may send them ahead, in a request that writes nothing, for the server's prompt
+    # cache (llama.cpp's server, as llama.vim does; not an API that bills a request)
+    warms: ClassVar[bool] = False
     whole_when_all_stopped: ClassVar[bool] = False  # its stream sends no [DONE]
     # the fields that ask for the tokens' log-probabilities (empty: the dialect never asks;
     # docs/confidence.md)
@@ -182,6 +185,7 @@ class LlamaInfill(Dialect):
     path = "/infill"
     budget_field = "n_predict"
     takes_extra_files = True
+    warms = True
     whole_when_all_stopped = True
     logprobs_fields = MappingProxyType({"n_probs": 1})
 

@@ -128,6 +128,24 @@ class RemoteGenerator:
         result.candidates = [self._candidate(w, ask) for w in written]
         return result
 
+    def warm(self, job: Job) -> bool:
+        """Have the server encode the request's repository context ahead, in idle time, as
+        llama.vim does: a request that writes nothing (a budget of 0) with the pieces and an
+        empty prefix and suffix, so that the server's prompt cache holds what every fill's
+        prompt starts with (a dialect that `warms`: llama-infill). True:
+        sent, nothing to send, or the server failed (the fill that brings the pieces sends
+        them again, and tells the user of a fault); False: cancelled."""
+        if not self.dialect.warms or not job.request.extra_files or time.monotonic() < self._backoff.until:
+            return True
+        ask = replace(self._ask(job), prefix="", suffix="", budget=0, n=1, logprobs=False, deadline=None)
+        try:
+            self.wire.post(self._path, self.dialect.body(ask), self.dialect, 1, FillControl(cancel=job.control.cancel))
+        except Cancelled:
+            return False
+        except RemoteError as exc:
+            log.debug("encoding repository context ahead failed: %s", exc)
+        return True
+
     def _post(self, ask: Ask, job: Job) -> list[Written]:
         """The candidates the server writes. An endpoint that refuses the field asking for
         log-probabilities is, with the switch at `auto`, asked again without it and not

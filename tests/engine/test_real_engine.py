@@ -112,3 +112,28 @@ def test_an_engine_that_went_away_is_said_so_and_not_hammered(tmp_path: Path) ->
     sent = wire(eng).requests
     second = eng.fill(InfillRequest(prefix="x = ", suffix="\n"))
     assert second.error == first.error and wire(eng).requests == sent  # the backoff answers without a request
+
+
+def test_repository_context_sent_ahead_is_cached_by_the_engine_for_the_next_fill(tmp_path: Path) -> None:
+    """`Engine.warm` with llama-infill (engine/remote/generator.py), as llama.vim warms its
+    ring of chunks: a request that writes nothing, with the pieces and no prefix or suffix;
+    the fill after it finds them in the engine's prompt cache and encodes only its own
+    prefix and suffix. Another dialect, or a request without pieces, sends nothing."""
+    extra = [("util.py", "def helper(a, b):\n    return a * b + 1\n" * 30)]
+    req = InfillRequest(prefix="def f(x):\n    return ", suffix="\n", language="python", extra_files=extra)
+    with llama_server(write_gguf(tmp_path / "one.gguf")) as one:
+        eng = remote(one, "llama-infill")
+        before = one.wait_idle()
+        assert eng.warm(req) is True and wire(eng).requests == 1
+        warmed = one.wait_idle()
+        encoded = warmed["prompt_tokens_total"] - before["prompt_tokens_total"]
+        assert encoded > 500  # the 30 repeated lines of util.py
+        assert warmed["tokens_predicted_total"] - before["tokens_predicted_total"] <= 1  # nothing written
+        r = eng.fill(req)
+        after = one.wait_idle()
+        assert r.error is None and r.text
+        assert after["prompt_tokens_cached_total"] - warmed["prompt_tokens_cached_total"] >= encoded - 2
+        assert after["prompt_tokens_total"] - warmed["prompt_tokens_total"] < 50  # the prefix and suffix only
+        for other, asked in ((remote(one, "openai-fim"), req), (eng, InfillRequest(prefix="x = ", suffix="\n"))):
+            sent = wire(other).requests
+            assert other.warm(asked) is True and wire(other).requests == sent

@@ -112,10 +112,13 @@ async def test_a_file_opened_meanwhile_joins_at_the_next_pause_not_at_the_next_k
         asked = len(fake.seen)
         await ask(client, uri, MAIN + "x", 2)
         assert len(fake.seen) == asked + 1 and fake.seen[-1].body["input_extra"] == first  # typing: it stays
-        await asyncio.sleep(TYPING_PAUSE_S + 0.5)  # a pause: chosen again (a remote engine encodes nothing ahead)
+        await asyncio.sleep(TYPING_PAUSE_S + 0.5)  # a pause: chosen again, and sent ahead for llama.cpp to cache
+        ahead = fake.seen[-1].body
+        assert len(fake.seen) == asked + 2 and ahead["n_predict"] == 0 and ahead["input_prefix"] == ""
+        assert [e["filename"] for e in ahead["input_extra"]] == ["notes.py", "stock.py"]
         await ask(client, uri, MAIN + "xy", 3)
-        assert len(fake.seen) == asked + 2  # (not the fill's start: the engine's answer, not the type-through)
-        assert [e["filename"] for e in fake.seen[-1].body["input_extra"]] == ["notes.py", "stock.py"]
+        assert len(fake.seen) == asked + 3  # (not the fill's start: the engine's answer, not the type-through)
+        assert fake.seen[-1].body["input_extra"] == ahead["input_extra"]
     finally:
         await client.shutdown_session()
 
